@@ -1,0 +1,31 @@
+import nx from "@nx/eslint-plugin";
+
+export default [
+  ...nx.configs["flat/base"],
+  ...nx.configs["flat/typescript"],
+  { ignores: ["**/dist", "**/node_modules", "**/*.config.*", "**/.tmp"] },
+  {
+    files: ["**/*.ts"],
+    rules: {
+      "@nx/enforce-module-boundaries": [
+        "error",
+        {
+          enforceBuildableLibDependency: false,
+          allow: [],
+          depConstraints: [
+            { sourceTag: "type:lib", onlyDependOnLibsWithTags: ["type:lib"] },
+            { sourceTag: "type:app", onlyDependOnLibsWithTags: ["type:lib"] },
+            { sourceTag: "scope:schema", onlyDependOnLibsWithTags: [] },
+            { sourceTag: "scope:lib", onlyDependOnLibsWithTags: ["scope:schema", "scope:lib"] },
+            { sourceTag: "scope:engine", onlyDependOnLibsWithTags: ["scope:schema", "scope:lib"] },
+            { sourceTag: "scope:app", onlyDependOnLibsWithTags: ["scope:schema", "scope:lib", "scope:engine"] },
+          ],
+        },
+      ],
+      "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
+      "@typescript-eslint/no-explicit-any": "off",
+      "no-console": "error",
+    },
+  },
+  { files: ["apps/**/*.ts", "tools/**/*.ts", "bench/**/*.ts", "**/*.test.ts"], rules: { "no-console": "off" } },
+];

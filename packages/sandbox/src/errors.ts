@@ -1,0 +1,38 @@
+/** Base class of every error a sandbox runtime throws. */
+export class SandboxError extends Error {
+  override name = "SandboxError";
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+/** The runtime cannot be used at all (no daemon, missing binary). Infra. */
+export class RuntimeUnavailableError extends SandboxError {
+  override name = "RuntimeUnavailableError";
+}
+
+/** The image could not be used, pulled or built. Infra. */
+export class ImageError extends SandboxError {
+  override name = "ImageError";
+  constructor(message: string, readonly image: string | null, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+/** Creating or starting the sandbox failed. Infra. */
+export class SandboxStartError extends SandboxError {
+  override name = "SandboxStartError";
+}
+
+/** An operation on a sandbox that is already killed. */
+export class SandboxClosedError extends SandboxError {
+  override name = "SandboxClosedError";
+}
+
+/** A file transfer failed or exceeded its limit. */
+export class TransferError extends SandboxError {
+  override name = "TransferError";
+  constructor(message: string, readonly path: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}

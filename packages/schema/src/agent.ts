@@ -1,0 +1,9 @@
+import { z } from "zod";
+
+export const AgentSpec = z.discriminatedUnion("kind", [
+  z.object({ kind: z.literal("oracle") }),
+  z.object({ kind: z.literal("nop") }),
+  /** A host directory uploaded to /agent and started by its entrypoint. */
+  z.object({ kind: z.literal("code"), dir: z.string() }),
+]);
+export type AgentSpec = z.infer<typeof AgentSpec>;

@@ -1,0 +1,106 @@
+import { z } from "zod";
+
+/**
+ * infra: image, daemon, sandbox start (the only kind retried);
+ * setup: the task's workspace (checkout, install) failed;
+ * agent: agent setup failed or timed out;
+ * verifier: verifier timed out, or wrote no / a garbled reward.
+ */
+export const ErrorKind = z.enum(["infra", "setup", "agent", "verifier"]);
+export type ErrorKind = z.infer<typeof ErrorKind>;
+
+export const TrialError = z.object({ kind: ErrorKind, message: z.string() });
+export type TrialError = z.infer<typeof TrialError>;
+
+export const TrialStatus = z.enum(["passed", "failed", "error"]);
+export type TrialStatus = z.infer<typeof TrialStatus>;
+
+export const Phase = z.enum(["environment", "sandbox", "workspace", "agent_setup", "agent", "verifier", "collect"]);
+export type Phase = z.infer<typeof Phase>;
+
+export const PhaseTiming = z.object({ phase: Phase, durationMs: z.number().nonnegative() });
+export type PhaseTiming = z.infer<typeof PhaseTiming>;
+
+export const CheckResult = z.object({
+  name: z.string(),
+  passed: z.boolean(),
+  exitCode: z.number().nullable(),
+  timedOut: z.boolean(),
+  output: z.string(),
+});
+export type CheckResult = z.infer<typeof CheckResult>;
+
+/** One line of results.jsonl and the body of trials/<id>/result.json. */
+export const TrialResult = z.object({
+  trialId: z.string(),
+  taskId: z.string(),
+  attempt: z.number().int().positive(),
+  category: z.string().nullable(),
+  difficulty: z.string().nullable(),
+  status: TrialStatus,
+  reward: z.number().nullable(),
+  error: TrialError.nullable(),
+  durationMs: z.number().nonnegative(),
+  startedAt: z.string(),
+  finishedAt: z.string(),
+  /** How many times infra errors made the engine start this trial again. */
+  retries: z.number().int().nonnegative(),
+  phases: z.array(PhaseTiming),
+  agent: z.object({ exitCode: z.number().nullable(), timedOut: z.boolean() }).nullable(),
+  checks: z.array(CheckResult).nullable(),
+});
+export type TrialResult = z.infer<typeof TrialResult>;
+
+const Rate = z.object({
+  /** numerator / denominator, null when the denominator is 0 */
+  value: z.number().nullable(),
+  numerator: z.number(),
+  denominator: z.number(),
+  /** what the denominator counts, e.g. "all trials" or "scored trials (errors excluded)" */
+  of: z.string(),
+});
+export type Rate = z.infer<typeof Rate>;
+
+export const GroupSummary = z.object({
+  total: z.number().int(),
+  passed: z.number().int(),
+  failed: z.number().int(),
+  errored: z.number().int(),
+  /** passed / total: errors count as not passed */
+  passRate: z.number().nullable(),
+  meanReward: z.number().nullable(),
+});
+export type GroupSummary = z.infer<typeof GroupSummary>;
+
+export const RunSummary = z.object({
+  runId: z.string(),
+  status: z.enum(["running", "completed", "interrupted", "failed"]),
+  trials: z.object({
+    /** planned trials: tasks x attempts */
+    planned: z.number().int(),
+    total: z.number().int(),
+    passed: z.number().int(),
+    failed: z.number().int(),
+    errored: z.number().int(),
+  }),
+  /** passed / finished trials; errors count as not passed */
+  passRate: z.number().nullable(),
+  /** mean reward over finished trials, an error scoring 0 */
+  meanReward: z.number().nullable(),
+  rates: z.object({
+    passRate: Rate,
+    passRateScored: Rate,
+    meanReward: Rate,
+  }),
+  /** mean reward with its standard error over tasks, when attempts > 1 or tasks > 1 */
+  meanRewardStdErr: z.number().nullable(),
+  byCategory: z.record(z.string(), GroupSummary),
+  byDifficulty: z.record(z.string(), GroupSummary),
+  errorsByKind: z.record(z.string(), z.number().int()),
+  /** unbiased pass@k over tasks for k = 1..attempts, present when attempts > 1 */
+  passAtK: z.record(z.string(), z.number()).nullable(),
+  startedAt: z.string(),
+  updatedAt: z.string(),
+  durationMs: z.number().nonnegative(),
+});
+export type RunSummary = z.infer<typeof RunSummary>;

@@ -1,0 +1,99 @@
+import { z } from "zod";
+
+/** Task ids become directory names and container labels: keep them boring. */
+export const TASK_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+export const TaskId = z.string().regex(TASK_ID_PATTERN, "a task id is 1-128 of [A-Za-z0-9._-], starting with a letter or digit");
+
+export const TaskFormat = z.enum(["native", "tb1", "term-executor", "swebench"]);
+export type TaskFormat = z.infer<typeof TaskFormat>;
+
+export const EnvironmentSpec = z.object({
+  /** Image to run; null means build `buildContext` (or use the runtime's default image). */
+  dockerImage: z.string().nullable(),
+  /** Host directory holding the Dockerfile and its build context. */
+  buildContext: z.string().nullable(),
+  buildTimeoutSec: z.number().positive(),
+  cpus: z.number().positive().nullable(),
+  memoryMb: z.number().int().positive().nullable(),
+  storageMb: z.number().int().positive().nullable(),
+  gpus: z.number().int().nonnegative(),
+  allowInternet: z.boolean(),
+  /** Working directory inside the sandbox; null means the image's WORKDIR, else /app. */
+  workdir: z.string().nullable(),
+  env: z.record(z.string(), z.string()),
+});
+export type EnvironmentSpec = z.infer<typeof EnvironmentSpec>;
+
+export const CheckSpec = z.object({
+  name: z.string().min(1),
+  /** One shell string run with `bash -lc` in the workdir. */
+  command: z.string().min(1),
+  timeoutSec: z.number().positive(),
+});
+export type CheckSpec = z.infer<typeof CheckSpec>;
+
+/**
+ * How a trial is scored.
+ * - `reward-file`: upload testsDir to /tests, run `command`, read /logs/verifier/reward.json|txt.
+ * - `checks`: copy testsDir into the workdir, run every check; reward 1 iff all exit 0.
+ */
+export const VerifierSpec = z.discriminatedUnion("mode", [
+  z.object({
+    mode: z.literal("reward-file"),
+    testsDir: z.string().nullable(),
+    command: z.string().min(1),
+    timeoutSec: z.number().positive(),
+    env: z.record(z.string(), z.string()),
+  }),
+  z.object({
+    mode: z.literal("checks"),
+    testsDir: z.string().nullable(),
+    checks: z.array(CheckSpec),
+    timeoutSec: z.number().positive(),
+    env: z.record(z.string(), z.string()),
+  }),
+]);
+export type VerifierSpec = z.infer<typeof VerifierSpec>;
+
+export const SolutionSpec = z.object({
+  /** Host directory uploaded to /solution for the oracle agent only. */
+  dir: z.string(),
+  /** Shell string the oracle runs in the workdir, e.g. `bash /solution/solve.sh`. */
+  command: z.string().min(1),
+});
+export type SolutionSpec = z.infer<typeof SolutionSpec>;
+
+/** A git repository checked out at base_commit into the workdir before the agent runs. */
+export const WorkspaceSpec = z.object({
+  repo: z.string().min(1),
+  baseCommit: z.string().min(1),
+  version: z.string().nullable(),
+  language: z.string().nullable(),
+  install: z.array(z.string()),
+  installTimeoutSec: z.number().positive(),
+});
+export type WorkspaceSpec = z.infer<typeof WorkspaceSpec>;
+
+/** The one normalized task every loader produces and the engine consumes. */
+export const TaskSpec = z.object({
+  id: TaskId,
+  format: TaskFormat,
+  /** Host path the task was loaded from (a directory, or the dataset file). */
+  sourcePath: z.string(),
+  instruction: z.string(),
+  category: z.string().nullable(),
+  difficulty: z.string().nullable(),
+  tags: z.array(z.string()),
+  environment: EnvironmentSpec,
+  agent: z.object({ timeoutSec: z.number().positive() }),
+  verifier: VerifierSpec,
+  solution: SolutionSpec.nullable(),
+  workspace: WorkspaceSpec.nullable(),
+  /** Everything the task file said that Proctor does not interpret, kept verbatim. */
+  extra: z.record(z.string(), z.unknown()),
+});
+export type TaskSpec = z.infer<typeof TaskSpec>;
+
+export const DEFAULT_AGENT_TIMEOUT_SEC = 600;
+export const DEFAULT_VERIFIER_TIMEOUT_SEC = 600;
+export const DEFAULT_BUILD_TIMEOUT_SEC = 600;
