@@ -8,3 +8,5 @@ export type { Rate } from "./result";
 export { EventBody } from "./event";
 export type { EventType, ProctorEvent } from "./event";
 export { RunConfig } from "./run";
+export type { Logger } from "./logger";
+export { silentLogger } from "./logger";
