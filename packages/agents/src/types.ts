@@ -1,0 +1,39 @@
+import type { Sandbox } from "@proctor/sandbox";
+import type { Logger, TaskSpec } from "@proctor/schema";
+
+/** What an agent gets for one trial. */
+export interface AgentContext {
+  /** The trial's fresh sandbox; the task's workdir is `sandbox.workdir`. */
+  sandbox: Sandbox;
+  task: TaskSpec;
+  /** Time the agent may use from now (already scaled by the run's timeout multiplier). */
+  timeoutMs: number;
+  /** Epoch ms after which the agent is stopped; the same instant as now + timeoutMs. */
+  deadlineMs: number;
+  /** Aborted when the run is cancelled; exec calls must pass it on. */
+  signal: AbortSignal;
+  /** Host directory for this trial's agent logs (stdout.txt, stderr.txt land here). */
+  logDir: string;
+  logger?: Logger;
+}
+
+export interface AgentRunResult {
+  /** Exit code of the agent's process; null when it never ran to an exit (e.g. nop). */
+  exitCode: number | null;
+  timedOut: boolean;
+  aborted: boolean;
+  durationMs: number;
+  /** True when stdout or stderr went past the capture cap and the log file was cut. */
+  outputTruncated: boolean;
+}
+
+/**
+ * An agent acts on the sandbox to solve the task. `setup` runs first (install, upload) and
+ * throws AgentSetupError on failure; `run` returns how the agent ended and never throws for
+ * a non-zero exit or a timeout.
+ */
+export interface Agent {
+  readonly name: string;
+  setup?(ctx: AgentContext): Promise<void>;
+  run(ctx: AgentContext): Promise<AgentRunResult>;
+}
