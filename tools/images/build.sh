@@ -48,6 +48,12 @@ build_base() {
   echo "images: built $name"
 }
 
+if ! docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
+  echo "images: no Docker engine answers; nothing to build (proctor will use the local runtime;"
+  echo "        start an engine with tools/docker/ensure-engine.sh to run tasks in containers)"
+  exit 0
+fi
+
 case "${1:-all}" in
   busybox) build_busybox ;;
   base) build_base ;;
