@@ -1,1 +1,14 @@
-export {};
+export { packDirectory, packFiles } from "./pack";
+export type { PackDirectoryOptions, PackFileEntry } from "./pack";
+export {
+  ArchiveError,
+  UnsafePathError,
+  LinkEscapeError,
+  LimitExceededError,
+  UnsupportedEntryError,
+  CorruptArchiveError,
+  UnknownFormatError,
+  DestinationNotEmptyError,
+  ArchiveAbortedError,
+} from "./errors";
+export type { ArchiveErrorCode, ArchiveErrorOptions, ArchiveFormat, LimitName } from "./errors";
