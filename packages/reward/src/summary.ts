@@ -1,0 +1,147 @@
+import type { GroupSummary, Rate, RunSummary, TrialResult } from "@proctor/schema";
+import { mean, passAtKEstimate, standardError } from "./stats";
+
+export interface SummarizeInput {
+  runId: string;
+  /** Finished trials in the order they were recorded; for a repeated trialId the last one wins. */
+  results: readonly TrialResult[];
+  /** Tasks x attempts the run means to execute. */
+  plannedTrials: number;
+  /** Attempts per task; pass@k is computed for k = 1..attempts when attempts > 1. */
+  attempts: number;
+  startedAt: string | Date;
+  now: string | Date;
+  status: RunSummary["status"];
+}
+
+export const UNCATEGORIZED = "uncategorized";
+export const UNKNOWN_DIFFICULTY = "unknown";
+
+/** The reward a finished trial contributes to means: an error scores 0. */
+export function scoredReward(result: TrialResult): number {
+  if (result.status === "error") return 0;
+  // A passed/failed trial without a numeric reward (e.g. graded by check scripts) scores its verdict.
+  return result.reward ?? (result.status === "passed" ? 1 : 0);
+}
+
+function rate(numerator: number, denominator: number, of: string): Rate {
+  return { value: denominator === 0 ? null : numerator / denominator, numerator, denominator, of };
+}
+
+function toIso(time: string | Date): string {
+  return typeof time === "string" ? new Date(time).toISOString() : time.toISOString();
+}
+
+/** Keeps the last result per trialId (a resume may append a duplicate line). */
+export function latestResults(results: readonly TrialResult[]): TrialResult[] {
+  const byTrial = new Map<string, TrialResult>();
+  for (const result of results) {
+    byTrial.delete(result.trialId);
+    byTrial.set(result.trialId, result);
+  }
+  return [...byTrial.values()];
+}
+
+function group(results: readonly TrialResult[]): GroupSummary {
+  let passed = 0;
+  let failed = 0;
+  let errored = 0;
+  for (const r of results) {
+    if (r.status === "passed") passed++;
+    else if (r.status === "failed") failed++;
+    else errored++;
+  }
+  const total = results.length;
+  return {
+    total,
+    passed,
+    failed,
+    errored,
+    passRate: total === 0 ? null : passed / total,
+    meanReward: mean(results.map(scoredReward)),
+  };
+}
+
+function groupBy(results: readonly TrialResult[], key: (r: TrialResult) => string): Record<string, GroupSummary> {
+  const groups = new Map<string, TrialResult[]>();
+  for (const r of results) {
+    const k = key(r);
+    const list = groups.get(k);
+    if (list) list.push(r);
+    else groups.set(k, [r]);
+  }
+  const out: Record<string, GroupSummary> = {};
+  for (const k of [...groups.keys()].sort()) out[k] = group(groups.get(k) as TrialResult[]);
+  return out;
+}
+
+function byTask(results: readonly TrialResult[]): Map<string, TrialResult[]> {
+  const tasks = new Map<string, TrialResult[]>();
+  for (const r of results) {
+    const list = tasks.get(r.taskId);
+    if (list) list.push(r);
+    else tasks.set(r.taskId, [r]);
+  }
+  return tasks;
+}
+
+/**
+ * Unbiased pass@k for k = 1..attempts: for each k, the mean over tasks with at least k finished
+ * attempts (errors count as finished, not passed) of 1 - C(n-c, k)/C(n, k). A k no task has
+ * reached yet is left out of the record.
+ */
+export function passAtK(results: readonly TrialResult[], attempts: number): Record<string, number> {
+  const counts = [...byTask(results).values()].map((list) => ({
+    n: list.length,
+    c: list.filter((r) => r.status === "passed").length,
+  }));
+  const out: Record<string, number> = {};
+  for (let k = 1; k <= attempts; k++) {
+    const estimates = counts.filter(({ n }) => n >= k).map(({ n, c }) => passAtKEstimate(n, c, k));
+    const value = mean(estimates);
+    if (value !== null) out[String(k)] = value;
+  }
+  return out;
+}
+
+/** Aggregates finished trials into summary.json. Every rate carries its numerator, denominator and what it counts. */
+export function summarize(input: SummarizeInput): RunSummary {
+  const results = latestResults(input.results);
+  const all = group(results);
+  const rewardSum = results.reduce((sum, r) => sum + scoredReward(r), 0);
+  const errorsByKind: Record<string, number> = {};
+  for (const r of results) {
+    if (r.status !== "error") continue;
+    const kind = r.error?.kind ?? "unknown";
+    errorsByKind[kind] = (errorsByKind[kind] ?? 0) + 1;
+  }
+  const taskMeans = [...byTask(results).values()].map((list) => mean(list.map(scoredReward)) as number);
+  const startedAt = toIso(input.startedAt);
+  const updatedAt = toIso(input.now);
+  return {
+    runId: input.runId,
+    status: input.status,
+    trials: {
+      planned: input.plannedTrials,
+      total: all.total,
+      passed: all.passed,
+      failed: all.failed,
+      errored: all.errored,
+    },
+    passRate: all.passRate,
+    meanReward: all.meanReward,
+    rates: {
+      passRate: rate(all.passed, all.total, "finished trials (errors count as not passed)"),
+      passRateScored: rate(all.passed, all.passed + all.failed, "scored trials (errors excluded)"),
+      meanReward: rate(rewardSum, all.total, "finished trials (errors score 0)"),
+    },
+    meanRewardStdErr: standardError(taskMeans),
+    byCategory: groupBy(results, (r) => r.category ?? UNCATEGORIZED),
+    byDifficulty: groupBy(results, (r) => r.difficulty ?? UNKNOWN_DIFFICULTY),
+    errorsByKind,
+    passAtK: input.attempts > 1 ? passAtK(results, input.attempts) : null,
+    startedAt,
+    updatedAt,
+    durationMs: Math.max(0, Date.parse(updatedAt) - Date.parse(startedAt)),
+  };
+}
