@@ -1,0 +1,82 @@
+import { createHash } from "node:crypto";
+import { readdir, readFile } from "node:fs/promises";
+import { join, relative } from "node:path";
+import type { AgentSpec, RunConfig, TaskSpec } from "@proctor/schema";
+import { hashTask } from "@proctor/tasks";
+import stringify from "safe-stable-stringify";
+
+/** run.json: the resolved config plus the hash a resume compares. */
+export type StoredRunConfig = RunConfig & { configHash: string };
+
+/** sha256 over a directory's files (relative paths and contents, in sorted order). */
+export async function hashDirectory(dir: string): Promise<string> {
+  const hash = createHash("sha256");
+  const walk = async (current: string): Promise<void> => {
+    const entries = (await readdir(current, { withFileTypes: true })).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    for (const entry of entries) {
+      const path = join(current, entry.name);
+      if (entry.isDirectory()) await walk(path);
+      else if (entry.isFile()) {
+        hash.update(relative(dir, path)).update("\0");
+        hash.update(await readFile(path)).update("\0");
+      }
+    }
+  };
+  await walk(dir);
+  return hash.digest("hex");
+}
+
+export async function buildRunConfig(input: {
+  runId: string;
+  tasks: readonly TaskSpec[];
+  sources: readonly string[];
+  agent: AgentSpec;
+  runtime: "docker" | "local";
+  attempts: number;
+  concurrency: number;
+  timeoutMultiplier: number;
+  defaultImage: string | null;
+}): Promise<StoredRunConfig> {
+  const tasks = await Promise.all(input.tasks.map(async (t) => ({ id: t.id, hash: await hashTask(t) })));
+  tasks.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  const config: RunConfig = {
+    runId: input.runId,
+    tasks,
+    sources: [...input.sources],
+    agent: input.agent,
+    agentHash: input.agent.kind === "code" ? await hashDirectory(input.agent.dir) : null,
+    runtime: input.runtime,
+    attempts: input.attempts,
+    concurrency: input.concurrency,
+    timeoutMultiplier: input.timeoutMultiplier,
+    defaultImage: input.defaultImage,
+  };
+  return { ...config, configHash: configHash(config) };
+}
+
+/** sha256 of the canonical JSON of the config, leaving out what may change on resume (runId, concurrency). */
+export function configHash(config: RunConfig): string {
+  const { runId: _runId, concurrency: _concurrency, ...rest } = config;
+  return createHash("sha256").update(stringify(rest) ?? "").digest("hex");
+}
+
+/** Human-readable differences between a stored config and a new one (empty when they hash alike). */
+export function describeConfigChanges(before: RunConfig, after: RunConfig): string[] {
+  const changes: string[] = [];
+  const old = new Map(before.tasks.map((t) => [t.id, t.hash]));
+  const now = new Map(after.tasks.map((t) => [t.id, t.hash]));
+  const added = [...now.keys()].filter((id) => !old.has(id));
+  const removed = [...old.keys()].filter((id) => !now.has(id));
+  const edited = [...now.keys()].filter((id) => old.has(id) && old.get(id) !== now.get(id));
+  const list = (ids: string[]) => (ids.length > 5 ? `${ids.slice(0, 5).join(", ")} and ${ids.length - 5} more` : ids.join(", "));
+  if (added.length) changes.push(`tasks added: ${list(added)}`);
+  if (removed.length) changes.push(`tasks removed: ${list(removed)}`);
+  if (edited.length) changes.push(`task files changed: ${list(edited)}`);
+  const fields = ["sources", "agent", "agentHash", "runtime", "attempts", "timeoutMultiplier", "defaultImage"] as const;
+  for (const field of fields) {
+    const a = stringify(before[field]);
+    const b = stringify(after[field]);
+    if (a !== b) changes.push(field === "agentHash" ? "the agent directory's files changed" : `${field}: ${a} -> ${b}`);
+  }
+  return changes;
+}

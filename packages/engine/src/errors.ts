@@ -1,0 +1,45 @@
+/** Base class of every error the engine throws (trial failures are results, not throws). */
+export class EngineError extends Error {
+  override name = "EngineError";
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+/**
+ * `resume: true` on a run directory whose run.json describes a different run (tasks added,
+ * removed or edited, another agent, attempts, runtime, ...). `changes` names each difference.
+ * Rejects RunHandle.done before any trial starts.
+ */
+export class ConfigMismatchError extends EngineError {
+  override name = "ConfigMismatchError";
+  constructor(readonly runDir: string, readonly changes: string[], options?: { cause?: unknown }) {
+    super(
+      `cannot resume ${runDir}: the run configuration changed since it started (${changes.join("; ")}). ` +
+        "Resume with the same tasks, agent and options, or start a new run.",
+      options,
+    );
+  }
+}
+
+/**
+ * The run directory cannot be used: `resume: true` without a readable run.json, or a fresh
+ * run pointed at a directory that already holds one. Rejects RunHandle.done.
+ */
+export class RunDirectoryError extends EngineError {
+  override name = "RunDirectoryError";
+  constructor(message: string, readonly runDir: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+/**
+ * Preparing a task's workspace failed: the repository could not be fetched, or base_commit
+ * could not be checked out. The trial ends with error kind "setup".
+ */
+export class WorkspaceError extends EngineError {
+  override name = "WorkspaceError";
+  constructor(message: string, readonly repo: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}

@@ -1,0 +1,268 @@
+import { closeSync, existsSync, openSync, readSync, statSync } from "node:fs";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { dirname, join, resolve } from "node:path";
+import { createAgent } from "@proctor/agents";
+import { EventBus, JsonlSink, readJsonl } from "@proctor/events";
+import { summarize } from "@proctor/reward";
+import { systemClock, type Clock, type SandboxRuntime } from "@proctor/sandbox";
+import { RunSummary, TrialResult, silentLogger, type AgentSpec, type Logger, type TaskSpec } from "@proctor/schema";
+import { buildRunConfig, describeConfigChanges, type StoredRunConfig } from "./config";
+import { ConfigMismatchError, EngineError, RunDirectoryError } from "./errors";
+import { SerialQueue, writeJsonAtomic } from "./store";
+import { runTrial, trialIdOf, type TrialEnvironment } from "./trial";
+import { RepoCache } from "./workspace";
+
+export interface RunOptions {
+  runId: string;
+  /** The run directory (`<runs-root>/<run-id>`); created if absent. */
+  runDir: string;
+  tasks: TaskSpec[];
+  agent: AgentSpec;
+  runtime: SandboxRuntime;
+  /** Trials running at once (>= 1). */
+  concurrency: number;
+  /** Attempts per task (>= 1): trial ids `<taskId>__1` .. `<taskId>__<attempts>`. */
+  attempts: number;
+  /** Scales every task timeout (build, install, agent, verifier, checks). Default 1. */
+  timeoutMultiplier?: number;
+  /** Image for tasks that name none and have no Dockerfile. Default null. */
+  defaultImage?: string | null;
+  /** Continue the run in runDir: skip trials already in results.jsonl; refuse a changed config. */
+  resume?: boolean;
+  /** Where the tasks came from, recorded in run.json. */
+  sources?: string[];
+  /** Abort: no new trials start, running ones are killed, done resolves with status "interrupted". */
+  signal?: AbortSignal;
+  logger?: Logger;
+  /** Times an infra error (image, daemon, sandbox start) may restart a trial. Default 2. */
+  maxInfraRetries?: number;
+  /** First wait before such a retry, doubling each time. Default 1000 ms. */
+  retryBaseDelayMs?: number;
+  /** Clock for retry waits and trial deadlines; inject a ManualClock in tests. */
+  clock?: Clock;
+  /** Bare-repo cache for workspace tasks. Default `<runs-root>/../.cache/repos`. */
+  cacheDir?: string;
+}
+
+export interface RunHandle {
+  runId: string;
+  runDir: string;
+  /** Every event of the run, with replay (`subscribe(fn, { since })`, `history()`). */
+  bus: EventBus;
+  /**
+   * The final summary, also when the run was aborted (status "interrupted"). Rejects before
+   * any trial starts with ConfigMismatchError / RunDirectoryError / AgentConfigError, and
+   * with the underlying error if the run directory cannot be written.
+   */
+  done: Promise<RunSummary>;
+}
+
+/** Start a run in the background; progress is on `bus`, the outcome in `done`. */
+export function startRun(options: RunOptions): RunHandle {
+  for (const [name, value] of [["concurrency", options.concurrency], ["attempts", options.attempts]] as const) {
+    if (!Number.isInteger(value) || value < 1) throw new EngineError(`startRun: ${name} must be a whole number >= 1, got ${value}`);
+  }
+  const multiplier = options.timeoutMultiplier ?? 1;
+  if (!(multiplier > 0)) throw new EngineError(`startRun: timeoutMultiplier must be a positive number, got ${multiplier}`);
+  const runDir = resolve(options.runDir);
+  const startSeq = options.resume ? lastEventSeq(join(runDir, "events.jsonl")) : 0;
+  const bus = new EventBus({ runId: options.runId, startSeq, ...(options.logger ? { logger: options.logger } : {}) });
+  const done = execute({ ...options, runDir, timeoutMultiplier: multiplier }, bus);
+  return { runId: options.runId, runDir, bus, done };
+}
+
+async function readStoredConfig(path: string, runDir: string): Promise<StoredRunConfig> {
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch (error) {
+    throw new RunDirectoryError(`cannot resume ${runDir}: no readable run.json (${(error as Error).message}); is this a run directory?`, runDir, { cause: error });
+  }
+  try {
+    return JSON.parse(text) as StoredRunConfig;
+  } catch (error) {
+    throw new RunDirectoryError(`cannot resume ${runDir}: run.json is not valid JSON`, runDir, { cause: error });
+  }
+}
+
+/** Finished trials of an earlier session; a truncated last line (crash mid-append) is skipped, so that trial runs again. */
+async function readFinished(path: string, logger: Logger): Promise<TrialResult[]> {
+  return (await readJsonl(path, { schema: TrialResult, missingOk: true, logger })).records;
+}
+
+/** The seq of the last complete event in events.jsonl, so a resumed run's events continue it (0 when none). */
+function lastEventSeq(path: string): number {
+  if (!existsSync(path)) return 0;
+  const size = statSync(path).size;
+  const length = Math.min(size, 256 * 1024);
+  const buffer = Buffer.alloc(length);
+  const fd = openSync(path, "r");
+  try {
+    readSync(fd, buffer, 0, length, size - length);
+  } finally {
+    closeSync(fd);
+  }
+  const lines = buffer.toString("utf8").split("\n");
+  lines.pop(); // "" after the final newline, or an unterminated line the sink will cut off
+  for (const line of lines.reverse()) {
+    try {
+      const seq = (JSON.parse(line) as { seq?: unknown }).seq;
+      if (typeof seq === "number" && Number.isInteger(seq) && seq >= 0) return seq;
+    } catch {
+      // the first line of the window may be cut in the middle; keep looking further back
+    }
+  }
+  return 0;
+}
+
+async function previousStart(runDir: string): Promise<string | null> {
+  try {
+    const parsed = RunSummary.safeParse(JSON.parse(await readFile(join(runDir, "summary.json"), "utf8")));
+    return parsed.success ? parsed.data.startedAt : null;
+  } catch {
+    return null; // no summary yet: this session's start is the run's start
+  }
+}
+
+async function execute(options: RunOptions & { runDir: string; timeoutMultiplier: number }, bus: EventBus): Promise<RunSummary> {
+  const { runDir, runId } = options;
+  const logger = options.logger ?? silentLogger;
+  const runJsonPath = join(runDir, "run.json");
+  const resultsPath = join(runDir, "results.jsonl");
+  const summaryPath = join(runDir, "summary.json");
+
+  const agent = createAgent(options.agent);
+  await mkdir(join(runDir, "trials"), { recursive: true });
+  const config = await buildRunConfig({
+    runId,
+    tasks: options.tasks,
+    sources: options.sources ?? [],
+    agent: options.agent,
+    runtime: options.runtime.name,
+    attempts: options.attempts,
+    concurrency: options.concurrency,
+    timeoutMultiplier: options.timeoutMultiplier,
+    defaultImage: options.defaultImage ?? null,
+  });
+
+  let finished: TrialResult[] = [];
+  let startedAt = new Date().toISOString();
+  if (options.resume) {
+    const stored = await readStoredConfig(runJsonPath, runDir);
+    if (stored.configHash !== config.configHash) {
+      const changes = describeConfigChanges(stored, config);
+      throw new ConfigMismatchError(runDir, changes.length > 0 ? changes : ["run.json's configHash differs (edited by hand?)"]);
+    }
+    finished = await readFinished(resultsPath, logger);
+    startedAt = (await previousStart(runDir)) ?? startedAt;
+  } else {
+    if (existsSync(runJsonPath)) {
+      throw new RunDirectoryError(`${runDir} already holds a run (run.json exists); resume it or use another run directory`, runDir);
+    }
+    await writeJsonAtomic(runJsonPath, config);
+  }
+
+  const sink = await JsonlSink.open(join(runDir, "events.jsonl"), { logger });
+  const unsubscribeSink = bus.subscribe((event) => sink.write(event));
+  const resultsSink = await JsonlSink.open<TrialResult>(resultsPath, { logger });
+
+  const done = new Set(finished.map((r) => r.trialId));
+  const plan: { task: TaskSpec; attempt: number }[] = [];
+  for (let attempt = 1; attempt <= options.attempts; attempt++) {
+    for (const task of options.tasks) if (!done.has(trialIdOf(task.id, attempt))) plan.push({ task, attempt });
+  }
+  const plannedTrials = options.tasks.length * options.attempts;
+  const results = [...finished];
+  const writes = new SerialQueue();
+  const summaryNow = (status: RunSummary["status"]) =>
+    summarize({ runId, results, plannedTrials, attempts: options.attempts, startedAt, now: new Date(), status });
+
+  // Our own controller: the caller's abort, or a fatal error here, stops every trial.
+  const controller = new AbortController();
+  const onAbort = () => controller.abort(options.signal?.reason);
+  options.signal?.addEventListener("abort", onAbort, { once: true });
+  if (options.signal?.aborted) controller.abort(options.signal.reason);
+  const signal = controller.signal;
+
+  const trialEnv: TrialEnvironment = {
+    runId,
+    runDir,
+    runtime: options.runtime,
+    agent,
+    timeoutMultiplier: options.timeoutMultiplier,
+    defaultImage: options.defaultImage ?? null,
+    repoCache: new RepoCache(options.cacheDir ?? join(dirname(runDir), "..", ".cache", "repos")),
+    emit: (body) => bus.emit(body),
+    logger,
+    clock: options.clock ?? systemClock,
+    maxInfraRetries: options.maxInfraRetries ?? 2,
+    retryBaseDelayMs: options.retryBaseDelayMs ?? 1000,
+  };
+
+  const record = (result: TrialResult) =>
+    writes.run(async () => {
+      await writeFile(join(runDir, "trials", result.trialId, "result.json"), `${JSON.stringify(result, null, 2)}\n`);
+      resultsSink.write(result);
+      await resultsSink.flush({ fsync: true });
+      results.push(result);
+      await writeJsonAtomic(summaryPath, summaryNow("running"));
+      bus.emit({ type: "trial_finished", trialId: result.trialId, taskId: result.taskId, data: result });
+    });
+
+  try {
+    await writeJsonAtomic(summaryPath, summaryNow("running"));
+    bus.emit({
+      type: "run_started",
+      data: {
+        runId,
+        totalTrials: plannedTrials,
+        tasks: options.tasks.length,
+        attempts: options.attempts,
+        concurrency: options.concurrency,
+        runtime: options.runtime.name,
+        skipped: plannedTrials - plan.length,
+      },
+    });
+    logger.info("run started", { runId, trials: plan.length, skipped: plannedTrials - plan.length, concurrency: options.concurrency });
+
+    let fatal: unknown = null;
+    const worker = async () => {
+      for (;;) {
+        if (signal.aborted) return;
+        const next = plan.shift();
+        if (!next) return;
+        try {
+          const result = await runTrial(next.task, next.attempt, trialEnv, signal);
+          if (result) await record(result);
+        } catch (error) {
+          // Not a trial failure (those are results): the run directory or the engine broke.
+          fatal ??= error;
+          controller.abort(error);
+          return;
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(options.concurrency, Math.max(plan.length, 1)) }, worker));
+    if (fatal) throw fatal;
+
+    const interrupted = options.signal?.aborted === true && results.length < plannedTrials;
+    const summary = summaryNow(interrupted ? "interrupted" : "completed");
+    await writes.run(() => writeJsonAtomic(summaryPath, summary));
+    bus.emit({ type: "run_finished", data: summary });
+    logger.info("run finished", { runId, status: summary.status, passed: summary.trials.passed, total: summary.trials.total });
+    return summary;
+  } catch (error) {
+    const summary = summaryNow("failed");
+    await writes.run(() => writeJsonAtomic(summaryPath, summary)).catch((writeError: unknown) =>
+      logger.error("writing summary.json failed", { runId, error: writeError instanceof Error ? writeError.message : String(writeError) }),
+    );
+    bus.emit({ type: "run_finished", data: summary });
+    logger.error("run failed", { runId, error: error instanceof Error ? error.message : String(error) });
+    throw error;
+  } finally {
+    options.signal?.removeEventListener("abort", onAbort);
+    bus.close();
+    unsubscribeSink();
+    await Promise.all([sink.close(), resultsSink.close()]);
+  }
+}

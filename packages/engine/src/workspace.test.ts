@@ -1,0 +1,62 @@
+import { execFileSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { WorkspaceError } from "./errors";
+import { RepoCache, repoUrl } from "./workspace";
+
+let root: string;
+let origin: string;
+let first: string;
+let second: string;
+const git = (cwd: string, ...args: string[]) =>
+  execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@t", ...args], { cwd, encoding: "utf8" }).trim();
+
+beforeAll(async () => {
+  root = await mkdtemp(join(tmpdir(), "proctor-repo-"));
+  origin = join(root, "origin");
+  execFileSync("git", ["init", "-q", "-b", "main", origin]);
+  await writeFile(join(origin, "a.txt"), "one\n");
+  git(origin, "add", ".");
+  git(origin, "commit", "-qm", "first");
+  first = git(origin, "rev-parse", "HEAD");
+  await writeFile(join(origin, "a.txt"), "two\n");
+  git(origin, "commit", "-qam", "second");
+  second = git(origin, "rev-parse", "HEAD");
+});
+afterAll(async () => {
+  await rm(root, { recursive: true, force: true });
+});
+
+describe("RepoCache", () => {
+  test("checks out the exact base commit from a local path and from file://, as a standalone repo", async () => {
+    const cache = new RepoCache(join(root, "cache"));
+    for (const url of [origin, `file://${origin}`]) {
+      const seen = await cache.withCheckout(url, first, async (dir) => ({
+        content: await readFile(join(dir, "a.txt"), "utf8"),
+        head: git(dir, "rev-parse", "HEAD"),
+        remotes: git(dir, "remote"),
+        dir,
+      }));
+      expect(seen).toMatchObject({ content: "one\n", head: first, remotes: "" });
+      expect(existsSync(seen.dir)).toBe(false);
+    }
+    // A later commit in the same cache needs a new fetch, and gets it.
+    const content = await cache.withCheckout(origin, second, (dir) => readFile(join(dir, "a.txt"), "utf8"));
+    expect(content).toBe("two\n");
+  });
+
+  test("an unknown commit or repository is a WorkspaceError naming it", async () => {
+    const cache = new RepoCache(join(root, "cache2"));
+    await expect(cache.ensure(origin, "0".repeat(40))).rejects.toThrow(WorkspaceError);
+    await expect(cache.ensure(join(root, "missing"), first)).rejects.toThrow(/cannot fetch .*missing/);
+  });
+
+  test("repo strings: URLs kept, local paths made absolute, owner/name goes to GitHub", () => {
+    expect(repoUrl("https://example.com/x.git")).toBe("https://example.com/x.git");
+    expect(repoUrl(origin)).toBe(origin);
+    expect(repoUrl("astropy/astropy", root)).toBe("https://github.com/astropy/astropy.git");
+  });
+});
