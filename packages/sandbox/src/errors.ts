@@ -36,3 +36,11 @@ export class TransferError extends SandboxError {
     super(message, options);
   }
 }
+
+/** An operation run through `withTimeout` did not finish within its time limit. */
+export class OperationTimeoutError extends SandboxError {
+  override name = "OperationTimeoutError";
+  constructor(message: string, readonly timeoutMs: number, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}

@@ -2,4 +2,12 @@ export type {
   ExecCommand, ExecOptions, ExecResult, SandboxCreateOptions, ImageRequest, Sandbox, SandboxRuntime,
 } from "./types";
 export { SANDBOX_PATHS, SANDBOX_PATH_ENV, LABELS } from "./types";
-export { SandboxError, RuntimeUnavailableError, ImageError, SandboxStartError, SandboxClosedError, TransferError } from "./errors";
+export {
+  SandboxError, RuntimeUnavailableError, ImageError, SandboxStartError, SandboxClosedError, TransferError, OperationTimeoutError,
+} from "./errors";
+export { LocalRuntime, LocalSandbox, LOCAL_ROOT_PREFIX, DEFAULT_ENV_ALLOWLIST } from "./local";
+export type { LocalRuntimeOptions } from "./local";
+export { OutputCollector, buildExecResult, exitCodeFromSignal, DEFAULT_MAX_OUTPUT_BYTES } from "./output";
+export { normalizeSandboxPath, hostPathOf, sandboxPathEnv } from "./paths";
+export { systemClock, ManualClock, retry, withTimeout, backoffDelayMs } from "./clock";
+export type { Clock, RetryOptions, TimeoutOptions } from "./clock";

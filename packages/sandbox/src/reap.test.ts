@@ -1,0 +1,63 @@
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { LocalRuntime } from "./local";
+
+let rootDir: string;
+
+beforeAll(async () => {
+  rootDir = await mkdtemp(join(tmpdir(), "proctor-reap-test-"));
+});
+
+afterAll(async () => {
+  await rm(rootDir, { recursive: true, force: true });
+});
+
+function livePids(pattern: string): number[] {
+  const out = execFileSync("ps", ["-eo", "pid=,stat=,args="], { encoding: "utf8" });
+  return out
+    .split("\n")
+    .map((line) => line.trim().match(/^(\d+)\s+(\S+)\s+(.*)$/))
+    .filter((m): m is RegExpMatchArray => m !== null && !m[2]?.startsWith("Z") && (m[3] ?? "").startsWith(pattern))
+    .map((m) => Number(m[1]));
+}
+
+it("reap removes the root of an owner killed with -9, and the processes it left", async () => {
+  const child = spawn(
+    process.execPath,
+    ["--conditions=@proctor/source", "--import", "tsx", join(import.meta.dirname, "fixtures/owner-child.ts"), rootDir, "987660"],
+    { stdio: ["ignore", "pipe", "inherit"] },
+  );
+  const root = await new Promise<string>((resolve, reject) => {
+    let buffered = "";
+    child.stdout.on("data", (chunk: Buffer) => {
+      buffered += chunk.toString();
+      const line = buffered.split("\n")[0];
+      if (buffered.includes("\n") && line) resolve((JSON.parse(line) as { root: string }).root);
+    });
+    child.once("exit", (code) => reject(new Error(`owner child exited early with ${code}`)));
+  });
+  expect(livePids("sleep 987660")).toHaveLength(1);
+
+  // A sandbox whose owner (this process) is alive must survive the reap.
+  const runtime = new LocalRuntime({ rootDir });
+  const mine = await runtime.create({ image: "local" });
+
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  child.kill("SIGKILL");
+  await exited;
+  expect(existsSync(root)).toBe(true);
+  expect(livePids("sleep 987660")).toHaveLength(1); // the owner's death alone does not stop it
+
+  expect(await runtime.reap()).toBe(1);
+  expect(existsSync(root)).toBe(false);
+  for (let i = 0; i < 50 && livePids("sleep 987660").length > 0; i++) await new Promise((r) => setTimeout(r, 100));
+  expect(livePids("sleep 987660")).toEqual([]);
+
+  expect(await runtime.reap()).toBe(0);
+  expect((await mine.exec(["true"])).exitCode).toBe(0);
+  await mine.kill();
+});
