@@ -1,0 +1,279 @@
+import { randomUUID } from "node:crypto";
+import { rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { IncomingMessage } from "node:http";
+import type { Duplex } from "node:stream";
+import { RequestAuthError } from "@proctor/auth";
+import type { Logger } from "@proctor/schema";
+import Fastify from "fastify";
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { z } from "zod";
+import type { RequestAuthenticator, PendingAuth } from "./auth";
+import type { BatchManager } from "./batches";
+import { BadRequestError, NotFoundError, ServerError } from "./errors";
+import type { ServerMetrics } from "./metrics";
+import { stagingDir } from "./store";
+import { sha256Hex, stageBody } from "./upload";
+import type { StagedBody } from "./upload";
+import type { WsHub } from "./ws-hub";
+
+export const SERVER_VERSION = "0.1.0";
+
+/** Bodies of routes other than /submit (none take one; cancel may send an empty body). */
+const SMALL_BODY_LIMIT = 64 * 1024;
+/** Multipart framing around the archive (boundaries, part headers, small fields). */
+const MULTIPART_OVERHEAD_BYTES = 1024 * 1024;
+const EMPTY_SHA256 = sha256Hex("");
+
+export interface AppContext {
+  manager: BatchManager;
+  hub: WsHub;
+  auth: RequestAuthenticator;
+  metrics: ServerMetrics;
+  logger: Logger;
+  dataDir: string;
+  maxUploadBytes: number;
+  maxConcurrentTasks: number;
+  maxActiveBatches: number;
+  maxQueuedBatches: number;
+  /** Resolves when the sandbox runtime answers; rejects with the reason otherwise. */
+  runtimeCheck: () => Promise<void>;
+}
+
+declare module "fastify" {
+  interface FastifyRequest {
+    proctorAuth: PendingAuth | null;
+    proctorIdentity: string | null;
+    bodySha256: string | null;
+    staged: StagedBody | null;
+  }
+}
+
+const BatchParams = z.object({ id: z.string().min(1).max(128) });
+const TaskParams = BatchParams.extend({ task_id: z.string().min(1).max(256) });
+const WsQuery = z.object({
+  batch_id: z.string().min(1).max(128),
+  since: z.coerce.number().int().nonnegative().optional(),
+});
+
+function parse<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
+  const result = schema.safeParse(value);
+  if (!result.success) {
+    const issue = result.error.issues[0];
+    const field = issue?.path.join(".") || what;
+    throw new BadRequestError(`${what} ${field}: ${issue?.message ?? "invalid"}`);
+  }
+  return result.data;
+}
+
+/** Routes that need no credentials. */
+const PUBLIC_ROUTES = new Set(["/health"]);
+
+/** The Fastify app: thin routes over BatchManager, auth hooks, JSON errors, the WebSocket upgrade. */
+export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
+  const app = Fastify({ logger: false, bodyLimit: SMALL_BODY_LIMIT, return503OnClosing: true, forceCloseConnections: true });
+  app.decorateRequest("proctorAuth", null);
+  app.decorateRequest("proctorIdentity", null);
+  app.decorateRequest("bodySha256", null);
+  app.decorateRequest("staged", null);
+
+  // Every body is read as raw bytes so the signature's hash covers exactly what was sent.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: SMALL_BODY_LIMIT }, (request, body, done) => {
+    request.bodySha256 = sha256Hex(body as Buffer);
+    done(null, body);
+  });
+
+  // Headers first: an unlisted, stale or unsigned request is refused before its body is read.
+  app.addHook("onRequest", async (request) => {
+    if (PUBLIC_ROUTES.has(request.routeOptions.url ?? "")) return;
+    request.proctorAuth = ctx.auth.checkHeaders(request.headers);
+  });
+  // Then the signature over the body (or the empty body), before any handler uses it.
+  app.addHook("preHandler", async (request) => {
+    if (request.proctorAuth === null) return;
+    request.proctorIdentity = ctx.auth.verifyBody(request.proctorAuth, request.staged?.sha256 ?? request.bodySha256 ?? EMPTY_SHA256).identity;
+  });
+  app.addHook("onResponse", async (request) => {
+    if (request.staged) await rm(request.staged.path, { force: true });
+  });
+
+  app.setErrorHandler((error: FastifyError | Error, request, reply) => sendError(error, request, reply, ctx));
+  app.setNotFoundHandler((request, reply) => sendError(new NotFoundError(`no route ${request.method} ${request.url.split("?")[0]}`), request, reply, ctx));
+
+  await app.register(async (submit) => {
+    // Stage the raw multipart body to disk while hashing it; nothing in it is parsed until the signature verifies.
+    submit.addContentTypeParser("multipart/form-data", (request, payload, done) => {
+      stageBody(payload, { dir: stagingDir(ctx.dataDir), maxBytes: ctx.maxUploadBytes + MULTIPART_OVERHEAD_BYTES }).then(
+        (staged) => {
+          request.staged = staged;
+          done(null, undefined);
+        },
+        (error: Error) => done(error),
+      );
+    });
+    const SubmitQuery = z.object({ concurrent_tasks: z.coerce.number().int().min(1).max(ctx.maxConcurrentTasks).optional() });
+    submit.post("/submit", async (request, reply) => {
+      const query = parse(SubmitQuery, request.query, "query parameter");
+      if (!request.staged) throw new BadRequestError("POST /submit takes a multipart/form-data body with the archive in field `archive` (or `file`)");
+      const result = await ctx.manager.submit({
+        staged: request.staged,
+        contentType: request.headers["content-type"] ?? "",
+        concurrentTasks: query.concurrent_tasks,
+        submittedBy: request.proctorIdentity,
+      });
+      return reply.code(202).send(result);
+    });
+  });
+
+  app.get("/batch/:id", async (request) => {
+    const { id } = parse(BatchParams, request.params, "path parameter");
+    const batch = ctx.manager.get(id);
+    return batch.statusJson(ctx.manager.queuePosition(batch));
+  });
+  app.get("/batch/:id/tasks", async (request) => {
+    const { id } = parse(BatchParams, request.params, "path parameter");
+    const batch = ctx.manager.get(id);
+    return { batch_id: batch.id, status: batch.status, tasks: [...batch.tasks.values()].map((t) => batch.taskJson(t)) };
+  });
+  app.get("/batch/:id/task/:task_id", async (request) => {
+    const { id, task_id } = parse(TaskParams, request.params, "path parameter");
+    return ctx.manager.taskDetail(id, task_id);
+  });
+  app.post("/batch/:id/cancel", async (request) => {
+    const { id } = parse(BatchParams, request.params, "path parameter");
+    const batch = await ctx.manager.cancel(id);
+    return batch.statusJson(null);
+  });
+  app.get("/batches", async () =>
+    ctx.manager.list().map((b) => ({
+      batch_id: b.id,
+      created_at: b.record.createdAt,
+      status: b.status,
+      total_tasks: b.tasks.size,
+      completed_tasks: b.completed,
+      passed_tasks: b.passed,
+    })),
+  );
+
+  let healthCache: { atMs: number; body: Record<string, unknown>; ok: boolean } | null = null;
+  app.get("/health", async (_request, reply) => {
+    if (!healthCache || Date.now() - healthCache.atMs > 2000) {
+      const [dataDir, runtime] = await Promise.all([checkWritable(ctx.dataDir), ctx.runtimeCheck().then(() => "ok", (e: unknown) => String(e instanceof Error ? e.message : e))]);
+      const ok = dataDir === "ok" && runtime === "ok";
+      healthCache = { atMs: Date.now(), ok, body: { status: ok ? "ok" : "unhealthy", version: SERVER_VERSION, checks: { data_dir: dataDir, runtime } } };
+    }
+    return reply.code(healthCache.ok ? 200 : 503).send(healthCache.body);
+  });
+
+  app.get("/status", async () => {
+    const counts = ctx.manager.counts();
+    return {
+      version: SERVER_VERSION,
+      uptime_secs: Math.floor((Date.now() - ctx.manager.startedAtMs) / 1000),
+      active_batches: counts.active,
+      queued_batches: counts.queued,
+      total_batches: counts.total,
+      completed_batches: counts.completed,
+      failed_batches: counts.failed,
+      cancelled_batches: counts.cancelled,
+      tasks_passed: counts.tasksPassed,
+      tasks_failed: counts.tasksFailed,
+      max_active_batches: ctx.maxActiveBatches,
+      max_queued_batches: ctx.maxQueuedBatches,
+      max_concurrent_tasks: ctx.maxConcurrentTasks,
+      has_active_batch: counts.active > 0,
+      ws_clients: ctx.hub.size,
+      auth: ctx.auth.mode,
+    };
+  });
+
+  app.get("/metrics", async (_request, reply) => {
+    const { contentType, body } = await ctx.metrics.render();
+    return reply.type(contentType).send(body);
+  });
+
+  app.server.on("upgrade", (request: IncomingMessage, socket: Duplex, head: Buffer) => {
+    handleUpgrade(ctx, request, socket, head).catch((error: unknown) => {
+      ctx.logger.error("websocket upgrade failed", { error: String(error) });
+      rejectUpgrade(socket, 500, { error: "internal", message: "the server failed to open the WebSocket" });
+    });
+  });
+
+  return app;
+}
+
+async function handleUpgrade(ctx: AppContext, request: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+  socket.on("error", (error) => ctx.logger.debug("websocket socket error before upgrade", { error: String(error) }));
+  const url = new URL(request.url ?? "/", "http://localhost");
+  if (url.pathname !== "/ws") {
+    rejectUpgrade(socket, 404, { error: "not_found", message: `no WebSocket at ${url.pathname}; connect to /ws?batch_id=<id>` });
+    return;
+  }
+  try {
+    const pending = ctx.auth.checkHeaders(request.headers);
+    ctx.auth.verifyBody(pending, EMPTY_SHA256);
+  } catch (error) {
+    if (error instanceof RequestAuthError) {
+      ctx.metrics.authFailures.inc({ status: String(error.statusCode) });
+      rejectUpgrade(socket, error.statusCode, { error: error.code, message: error.message });
+      return;
+    }
+    throw error;
+  }
+  const query = WsQuery.safeParse(Object.fromEntries(url.searchParams));
+  if (!query.success) {
+    rejectUpgrade(socket, 400, { error: "bad_request", message: `query: ${query.error.issues[0]?.message ?? "invalid"}; connect to /ws?batch_id=<id>[&since=<seq>]` });
+    return;
+  }
+  const batch = ctx.manager.find(query.data.batch_id);
+  if (!batch) {
+    rejectUpgrade(socket, 404, { error: "not_found", message: `no batch with id ${JSON.stringify(query.data.batch_id)}` });
+    return;
+  }
+  ctx.hub.upgrade(request, socket, head, batch, query.data.since ?? null);
+}
+
+const STATUS_TEXT: Record<number, string> = { 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 500: "Internal Server Error", 503: "Service Unavailable" };
+
+function rejectUpgrade(socket: Duplex, status: number, body: { error: string; message: string }): void {
+  if (socket.destroyed) return;
+  const json = JSON.stringify(body);
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? "Error"}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(json)}\r\n\r\n${json}`,
+  );
+  socket.destroy();
+}
+
+function sendError(error: FastifyError | Error, request: FastifyRequest, reply: FastifyReply, ctx: AppContext): FastifyReply {
+  let status = 500;
+  let code = "internal";
+  let message = "the server failed to handle the request; see its log";
+  if (error instanceof ServerError) {
+    [status, code, message] = [error.statusCode, error.code, error.message];
+  } else if (error instanceof RequestAuthError) {
+    [status, code, message] = [error.statusCode, error.code, error.message];
+    ctx.metrics.authFailures.inc({ status: String(status) });
+  } else if ("statusCode" in error && typeof error.statusCode === "number" && error.statusCode >= 400 && error.statusCode < 500) {
+    // Fastify's own client errors (body too large, bad content type, ...).
+    status = error.statusCode;
+    code = status === 413 ? "payload_too_large" : "bad_request";
+    message = error.message;
+  } else {
+    ctx.logger.error("request failed", { method: request.method, url: request.url, error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
+  }
+  // The body may still be arriving: do not keep the connection (and read the rest) after refusing it.
+  if (status === 401 || status === 403 || status === 413) reply.header("connection", "close");
+  return reply.code(status).send({ error: code, message });
+}
+
+async function checkWritable(dir: string): Promise<string> {
+  const probe = join(dir, `.health-${randomUUID()}`);
+  try {
+    await writeFile(probe, "ok");
+    await rm(probe, { force: true });
+    return "ok";
+  } catch (error) {
+    return `data dir ${dir} is not writable: ${(error as Error).message}`;
+  }
+}

@@ -1,0 +1,202 @@
+import { createHash, randomUUID } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { stat } from "node:fs/promises";
+import { basename } from "node:path";
+import { Readable } from "node:stream";
+import { signRequest } from "@proctor/auth";
+import type { Keypair } from "@proctor/auth";
+import { request } from "undici";
+import WebSocket from "ws";
+import { ClientError } from "./errors";
+import type { SubmitResult } from "./batches";
+import type { BatchStatus, WireEnvelope } from "./wire";
+
+/** How a client proves who it is: an Epistula keypair, a bearer token, or nothing (auth none). */
+export interface ClientAuth {
+  keypair?: Keypair;
+  token?: string;
+  /** The server's SS58 address, when it requires Epistula-Signed-For. */
+  signedFor?: string;
+}
+
+export interface SubmitBatchOptions extends ClientAuth {
+  /** Base URL, e.g. http://127.0.0.1:8080 */
+  server: string;
+  /** A .tar.gz / .tar / .zip holding tasks/ and agent_code/. */
+  archivePath: string;
+  concurrentTasks?: number;
+  /** Called with the 202 answer, before the WebSocket is opened. */
+  onSubmitted?: (result: SubmitResult) => void;
+  /** Every WebSocket message (snapshot, batch_started, task_*, batch_complete), in order. */
+  onEvent?: (event: WireEnvelope) => void;
+  signal?: AbortSignal;
+  /** Reconnect attempts when the WebSocket drops before batch_complete (default 10). */
+  maxReconnects?: number;
+}
+
+/** GET /batch/:id */
+export interface BatchStatusJson {
+  batch_id: string;
+  status: BatchStatus;
+  total_tasks: number;
+  completed_tasks: number;
+  passed_tasks: number;
+  failed_tasks: number;
+  aggregate_reward: number;
+  error: string | null;
+  duration_ms: number | null;
+  [key: string]: unknown;
+}
+
+const FINAL: ReadonlySet<string> = new Set(["completed", "failed", "cancelled"]);
+
+/** Auth headers for one request whose body has this sha256 (GETs and WebSockets sign the empty body). */
+export function authHeaders(auth: ClientAuth, bodySha256Hex: string): Record<string, string> {
+  if (auth.keypair) return signRequest({ keypair: auth.keypair, body: { sha256Hex: bodySha256Hex }, signedFor: auth.signedFor });
+  if (auth.token) return { authorization: `Bearer ${auth.token}` };
+  return {};
+}
+
+const EMPTY_SHA256 = createHash("sha256").digest("hex");
+
+/** A signed request with an empty body; returns the parsed JSON or throws ClientError. */
+export async function requestJson<T>(server: string, method: "GET" | "POST", path: string, auth: ClientAuth, signal?: AbortSignal): Promise<T> {
+  const response = await request(new URL(path, server), { method, headers: authHeaders(auth, EMPTY_SHA256), signal });
+  return readJson<T>(response, `${method} ${path}`);
+}
+
+async function readJson<T>(response: Awaited<ReturnType<typeof request>>, what: string): Promise<T> {
+  const text = await response.body.text();
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch (error) {
+    throw new ClientError(response.statusCode, "bad_response", `${what}: the server answered ${response.statusCode} with non-JSON: ${text.slice(0, 200)}`, { cause: error });
+  }
+  if (response.statusCode >= 400) {
+    const { error, message } = body as { error?: string; message?: string };
+    throw new ClientError(response.statusCode, error ?? "error", `${what}: ${response.statusCode} ${message ?? text.slice(0, 200)}`);
+  }
+  return body as T;
+}
+
+/**
+ * Upload an archive to POST /submit (streamed from disk, signed over its exact multipart bytes),
+ * follow the batch on the WebSocket (reconnecting with `since` if it drops), and return the
+ * final GET /batch/:id. Throws ClientError for an error answer.
+ */
+export async function submitBatch(options: SubmitBatchOptions): Promise<BatchStatusJson> {
+  const submitted = await uploadArchive(options);
+  options.onSubmitted?.(submitted);
+  await followBatch({ ...options, batchId: submitted.batch_id });
+  return requestJson<BatchStatusJson>(options.server, "GET", `/batch/${encodeURIComponent(submitted.batch_id)}`, options, options.signal);
+}
+
+/** POST /submit only; returns the 202 answer. */
+export async function uploadArchive(options: SubmitBatchOptions): Promise<SubmitResult> {
+  const { size } = await stat(options.archivePath);
+  const boundary = `----proctor-${randomUUID()}`;
+  const filename = basename(options.archivePath).replace(/["\r\n\\]/g, "_");
+  const head = Buffer.from(
+    `--${boundary}\r\nContent-Disposition: form-data; name="archive"; filename="${filename}"\r\nContent-Type: application/octet-stream\r\n\r\n`,
+  );
+  const tail = Buffer.from(`\r\n--${boundary}--\r\n`);
+  // The signature covers sha256 of the exact body, so hash it first (one pass over the file).
+  const hash = createHash("sha256").update(head);
+  for await (const chunk of createReadStream(options.archivePath)) hash.update(chunk as Buffer);
+  hash.update(tail);
+  const archivePath = options.archivePath;
+  const body = Readable.from(
+    (async function* () {
+      yield head;
+      yield* createReadStream(archivePath);
+      yield tail;
+    })(),
+  );
+  const query = options.concurrentTasks === undefined ? "" : `?concurrent_tasks=${options.concurrentTasks}`;
+  const response = await request(new URL(`/submit${query}`, options.server), {
+    method: "POST",
+    body,
+    headers: {
+      ...authHeaders(options, hash.digest("hex")),
+      "content-type": `multipart/form-data; boundary=${boundary}`,
+      "content-length": String(head.length + size + tail.length),
+    },
+    signal: options.signal,
+  });
+  return readJson<SubmitResult>(response, "POST /submit");
+}
+
+/** Follow a batch's WebSocket until batch_complete (or a snapshot of a finished batch). */
+export async function followBatch(options: SubmitBatchOptions & { batchId: string }): Promise<void> {
+  let lastSeq: number | null = null;
+  let failures = 0;
+  const maxReconnects = options.maxReconnects ?? 10;
+  for (;;) {
+    options.signal?.throwIfAborted();
+    const outcome = await followOnce(options, lastSeq, (envelope) => {
+      if (envelope.event !== "snapshot" && lastSeq !== null && envelope.seq <= lastSeq) return;
+      lastSeq = Math.max(lastSeq ?? 0, envelope.seq);
+      failures = 0;
+      options.onEvent?.(envelope);
+    });
+    if (outcome.done) return;
+    failures += 1;
+    if (failures > maxReconnects) throw new ClientError(0, "websocket", `lost the WebSocket for batch ${options.batchId} ${failures} times: ${outcome.reason}`);
+    await new Promise((resolve) => setTimeout(resolve, Math.min(250 * 2 ** (failures - 1), 5000)));
+  }
+}
+
+function followOnce(
+  options: SubmitBatchOptions & { batchId: string },
+  since: number | null,
+  onEnvelope: (envelope: WireEnvelope) => void,
+): Promise<{ done: true } | { done: false; reason: string }> {
+  const url = new URL("/ws", options.server);
+  url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+  url.searchParams.set("batch_id", options.batchId);
+  if (since !== null) url.searchParams.set("since", String(since));
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, { headers: authHeaders(options, EMPTY_SHA256) });
+    let done = false;
+    const onAbort = () => ws.terminate();
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    ws.on("unexpected-response", (_request, response) => {
+      let text = "";
+      response.on("data", (chunk: Buffer) => (text += chunk.toString()));
+      response.on("end", () => {
+        const status = response.statusCode ?? 0;
+        let parsed: { error?: string; message?: string } = {};
+        try {
+          parsed = JSON.parse(text) as typeof parsed;
+        } catch {
+          parsed = { message: text.slice(0, 200) };
+        }
+        options.signal?.removeEventListener("abort", onAbort);
+        ws.terminate();
+        if (status >= 400 && status < 500) reject(new ClientError(status, parsed.error ?? "error", `WebSocket /ws: ${status} ${parsed.message ?? ""}`));
+        else resolve({ done: false, reason: `upgrade answered ${status}` });
+      });
+    });
+    ws.on("message", (data) => {
+      let envelope: WireEnvelope;
+      try {
+        envelope = JSON.parse(String(data)) as WireEnvelope;
+      } catch {
+        return;
+      }
+      onEnvelope(envelope);
+      if (envelope.event === "batch_complete") done = true;
+      if (envelope.event === "snapshot" && FINAL.has(String(envelope.data.status))) done = true;
+    });
+    ws.on("error", () => {
+      // "close" follows with the outcome.
+    });
+    ws.on("close", (code, reason) => {
+      options.signal?.removeEventListener("abort", onAbort);
+      if (options.signal?.aborted) reject(options.signal.reason);
+      else if (done) resolve({ done: true });
+      else resolve({ done: false, reason: `closed with ${code} ${reason.toString()}` });
+    });
+  });
+}

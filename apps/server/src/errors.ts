@@ -1,0 +1,100 @@
+/**
+ * Errors the server answers with. Every route error becomes `{ error, message }` with
+ * `statusCode`; `error` is a stable machine-readable code, `message` says what to do.
+ */
+export class ServerError extends Error {
+  override name = "ServerError";
+  constructor(
+    readonly statusCode: number,
+    readonly code: string,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** 400: a query parameter, path parameter or form field is invalid. */
+export class BadRequestError extends ServerError {
+  override name = "BadRequestError";
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(400, "bad_request", message, options);
+  }
+}
+
+/** 400: the uploaded archive is unreadable, unsafe, or holds no valid tasks / agent code. */
+export class InvalidArchiveError extends ServerError {
+  override name = "InvalidArchiveError";
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(400, "invalid_archive", message, options);
+  }
+}
+
+/** 401: credentials are missing, malformed, stale, replayed or do not verify. */
+export class UnauthorizedError extends ServerError {
+  override name = "UnauthorizedError";
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(401, "unauthorized", message, options);
+  }
+}
+
+/** 403: the credentials verify but their holder is not allowed. */
+export class ForbiddenError extends ServerError {
+  override name = "ForbiddenError";
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(403, "forbidden", message, options);
+  }
+}
+
+/** 404: no such batch, task or route. */
+export class NotFoundError extends ServerError {
+  override name = "NotFoundError";
+  constructor(message: string) {
+    super(404, "not_found", message);
+  }
+}
+
+/** 409: the request conflicts with the batch's state (e.g. cancelling a finished batch). */
+export class ConflictError extends ServerError {
+  override name = "ConflictError";
+  constructor(message: string) {
+    super(409, "conflict", message);
+  }
+}
+
+/** 413: the upload (or its extracted contents) exceeds a configured limit. */
+export class PayloadTooLargeError extends ServerError {
+  override name = "PayloadTooLargeError";
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(413, "payload_too_large", message, options);
+  }
+}
+
+/** 429: the batch queue is full; retry after a running batch finishes. */
+export class QueueFullError extends ServerError {
+  override name = "QueueFullError";
+  constructor(message: string) {
+    super(429, "queue_full", message);
+  }
+}
+
+/** 503: the server is shutting down or cannot take work right now. */
+export class UnavailableError extends ServerError {
+  override name = "UnavailableError";
+  constructor(message: string) {
+    super(503, "unavailable", message);
+  }
+}
+
+/** Thrown by `submitBatch` when the server answers with an error status. */
+export class ClientError extends Error {
+  override name = "ClientError";
+  constructor(
+    readonly statusCode: number,
+    readonly code: string,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}

@@ -1,0 +1,59 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+
+const DURATION_BUCKETS_SEC = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600];
+
+/** The server's Prometheus metrics, in a registry of its own (never prom-client's global one). */
+export class ServerMetrics {
+  readonly registry = new Registry();
+  readonly batchesSubmitted = new Counter({ name: "proctor_batches_submitted_total", help: "Batches accepted by POST /submit", registers: [this.registry] });
+  readonly batchesFinished = new Counter({
+    name: "proctor_batches_finished_total",
+    help: "Batches that ended, by outcome (completed, failed, cancelled)",
+    labelNames: ["outcome"] as const,
+    registers: [this.registry],
+  });
+  readonly trialsFinished = new Counter({
+    name: "proctor_trials_finished_total",
+    help: "Trials (tasks) that ended, by outcome (passed, failed, error)",
+    labelNames: ["outcome"] as const,
+    registers: [this.registry],
+  });
+  readonly trialDuration = new Histogram({
+    name: "proctor_trial_duration_seconds",
+    help: "Wall time of a finished trial, by outcome",
+    labelNames: ["outcome"] as const,
+    buckets: DURATION_BUCKETS_SEC,
+    registers: [this.registry],
+  });
+  readonly phaseDuration = new Histogram({
+    name: "proctor_trial_phase_duration_seconds",
+    help: "Wall time of one trial phase (environment, sandbox, workspace, agent_setup, agent, verifier, collect)",
+    labelNames: ["phase"] as const,
+    buckets: DURATION_BUCKETS_SEC,
+    registers: [this.registry],
+  });
+  readonly activeTrials = new Gauge({ name: "proctor_active_trials", help: "Trials running now", registers: [this.registry] });
+  readonly activeBatches = new Gauge({ name: "proctor_active_batches", help: "Batches running now", registers: [this.registry] });
+  readonly queuedBatches = new Gauge({ name: "proctor_queued_batches", help: "Batches waiting for a free slot", registers: [this.registry] });
+  readonly wsClients = new Gauge({ name: "proctor_ws_clients", help: "Open WebSocket connections", registers: [this.registry] });
+  readonly wsDropped = new Counter({
+    name: "proctor_ws_dropped_events_total",
+    help: "Events not sent to a slow WebSocket client (task_phase dropped, or skipped until a resync snapshot)",
+    registers: [this.registry],
+  });
+  readonly wsResyncs = new Counter({ name: "proctor_ws_resyncs_total", help: "Fresh snapshots sent to WebSocket clients that fell behind", registers: [this.registry] });
+  readonly authFailures = new Counter({
+    name: "proctor_auth_failures_total",
+    help: "Requests refused by authentication, by status code",
+    labelNames: ["status"] as const,
+    registers: [this.registry],
+  });
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry, prefix: "proctor_" });
+  }
+
+  async render(): Promise<{ contentType: string; body: string }> {
+    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+}

@@ -1,0 +1,209 @@
+import { mkdir, readdir, rm } from "node:fs/promises";
+import { isIP } from "node:net";
+import { resolve } from "node:path";
+import { dockerAvailable } from "@proctor/sandbox-docker";
+import type { SandboxRuntime } from "@proctor/sandbox";
+import { silentLogger } from "@proctor/schema";
+import type { Logger } from "@proctor/schema";
+import { z } from "zod";
+import { buildApp } from "./app";
+import { AUTH_MODES, RequestAuthenticator } from "./auth";
+import { BatchManager } from "./batches";
+import { ServerError } from "./errors";
+import { ServerMetrics } from "./metrics";
+import { stagingDir } from "./store";
+import { DEFAULT_WS_OPTIONS, WsHub } from "./ws-hub";
+
+export interface StartServerOptions {
+  host: string;
+  /** 0 picks a free port (see the returned url). */
+  port: number;
+  /** Holds batches/<batch_id>/ (each one the engine's run directory) and staging/. */
+  dataDir: string;
+  auth: "none" | "token" | "epistula" | "hotkey-header-insecure";
+  runtime: SandboxRuntime;
+  /** Image for tasks that name none (Docker runtime). */
+  defaultImage: string | null;
+  /** Batches running at once (default 1). */
+  maxActiveBatches?: number;
+  /** Batches waiting beyond the active ones; more is a 429 (default 10). */
+  maxQueuedBatches?: number;
+  /** Largest accepted archive, in bytes (default 500 MiB). */
+  maxUploadBytes?: number;
+  /** Largest `?concurrent_tasks`, and its default (default 8). */
+  maxConcurrentTasks?: number;
+  /** Auth `none` on a non-loopback host needs this to be true. */
+  insecure?: boolean;
+  /** Allowlisted SS58 hotkeys; default $PROCTOR_HOTKEYS or the file in $PROCTOR_HOTKEYS_FILE. */
+  hotkeys?: string[];
+  /** A file with one hotkey per line (wins over `hotkeys`). */
+  hotkeysFile?: string;
+  /** Bearer tokens (plain or sha256:<hex>); default $PROCTOR_TOKENS or $PROCTOR_TOKENS_FILE. */
+  tokens?: string[];
+  /**
+   * Let workspace.yaml name a repository on the server's own disk (default false: uploads are
+   * untrusted and must not read the host's repositories). For tests and trusted setups.
+   */
+  allowLocalRepos?: boolean;
+  /** When set, Epistula-Signed-For must be this SS58 address. */
+  signedFor?: string;
+  /** Delete finished batches older than this many days (on start and hourly); default: keep. */
+  retentionDays?: number | null;
+  /** How long close() lets running batches stop before giving up (default 30 s). */
+  shutdownGraceMs?: number;
+  /** WebSocket heartbeat interval (default 30 s). */
+  wsHeartbeatMs?: number;
+  /** Per-client buffered bytes above which task_phase events are dropped (default 1 MiB). */
+  wsSoftBufferBytes?: number;
+  /** Per-client buffered bytes above which the client is resynced with a snapshot later (default 8 MiB). */
+  wsHardBufferBytes?: number;
+  /** Checked by /health; default: the Docker daemon answers (docker runtime) or nothing (local). */
+  runtimeCheck?: () => Promise<void>;
+  logger?: Logger;
+}
+
+export interface RunningServer {
+  /** http://host:port */
+  url: string;
+  port: number;
+  /** Stop accepting, close WebSockets, abort running batches (they resume on the next start). */
+  close(): Promise<void>;
+}
+
+const Options = z.object({
+  host: z.string().min(1),
+  port: z.number().int().min(0).max(65535),
+  dataDir: z.string().min(1),
+  auth: z.enum(AUTH_MODES),
+  defaultImage: z.string().min(1).nullable(),
+  maxActiveBatches: z.number().int().min(1).default(1),
+  maxQueuedBatches: z.number().int().min(0).default(10),
+  maxUploadBytes: z.number().int().min(1).default(500 * 1024 * 1024),
+  maxConcurrentTasks: z.number().int().min(1).default(8),
+  insecure: z.boolean().default(false),
+  retentionDays: z.number().positive().nullable().default(null),
+  shutdownGraceMs: z.number().int().nonnegative().default(30_000),
+  wsHeartbeatMs: z.number().int().positive().default(DEFAULT_WS_OPTIONS.heartbeatMs),
+  wsSoftBufferBytes: z.number().int().positive().default(DEFAULT_WS_OPTIONS.softBufferBytes),
+  wsHardBufferBytes: z.number().int().positive().default(DEFAULT_WS_OPTIONS.hardBufferBytes),
+});
+
+/** Thrown by startServer when its options are invalid or unsafe. */
+export class ServerConfigError extends ServerError {
+  override name = "ServerConfigError";
+  constructor(message: string) {
+    super(500, "config", message);
+  }
+}
+
+export function isLoopback(host: string): boolean {
+  if (host === "localhost") return true;
+  if (isIP(host) === 4) return host.startsWith("127.");
+  return host === "::1" || host === "[::1]";
+}
+
+/** Start the batch server (DESIGN.md "Server API"); resumes batches a previous process left unfinished. */
+export async function startServer(options: StartServerOptions): Promise<RunningServer> {
+  const parsed = Options.safeParse(options);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new ServerConfigError(`server option ${issue?.path.join(".")}: ${issue?.message}`);
+  }
+  const config = parsed.data;
+  if (config.auth === "none" && !isLoopback(config.host) && !config.insecure) {
+    throw new ServerConfigError(`--auth none accepts anyone, so it binds loopback only; host ${config.host} needs insecure: true (or use epistula/token auth)`);
+  }
+  const logger = options.logger ?? silentLogger;
+  const dataDir = resolve(config.dataDir);
+  await mkdir(dataDir, { recursive: true });
+  // Uploads that were being received when a previous process died.
+  await rm(stagingDir(dataDir), { recursive: true, force: true });
+  await mkdir(stagingDir(dataDir), { recursive: true });
+
+  const auth = new RequestAuthenticator({
+    mode: config.auth,
+    hotkeys: options.hotkeys,
+    hotkeysFile: options.hotkeysFile,
+    tokens: options.tokens,
+    signedFor: options.signedFor,
+    logger,
+  });
+  const metrics = new ServerMetrics();
+  const manager = new BatchManager({
+    dataDir,
+    runtime: options.runtime,
+    defaultImage: config.defaultImage,
+    maxActiveBatches: config.maxActiveBatches,
+    maxQueuedBatches: config.maxQueuedBatches,
+    maxConcurrentTasks: config.maxConcurrentTasks,
+    maxUploadBytes: config.maxUploadBytes,
+    retentionDays: config.retentionDays,
+    allowLocalRepos: options.allowLocalRepos ?? false,
+    logger,
+    metrics,
+  });
+  const hub = new WsHub(manager, {
+    heartbeatMs: config.wsHeartbeatMs,
+    softBufferBytes: config.wsSoftBufferBytes,
+    hardBufferBytes: config.wsHardBufferBytes,
+    stalledTimeoutMs: DEFAULT_WS_OPTIONS.stalledTimeoutMs,
+    logger,
+    metrics,
+  });
+  const runtimeCheck = options.runtimeCheck ?? defaultRuntimeCheck(options.runtime);
+  const app = await buildApp({
+    manager,
+    hub,
+    auth,
+    metrics,
+    logger,
+    dataDir,
+    maxUploadBytes: config.maxUploadBytes,
+    maxConcurrentTasks: config.maxConcurrentTasks,
+    maxActiveBatches: config.maxActiveBatches,
+    maxQueuedBatches: config.maxQueuedBatches,
+    runtimeCheck,
+  });
+  await manager.start();
+  try {
+    await app.listen({ host: config.host, port: config.port });
+  } catch (error) {
+    await manager.close(config.shutdownGraceMs);
+    hub.close();
+    throw error;
+  }
+  const address = app.server.address();
+  const port = typeof address === "object" && address !== null ? address.port : config.port;
+  const hostForUrl = config.host.includes(":") && !config.host.startsWith("[") ? `[${config.host}]` : config.host;
+  const url = `http://${hostForUrl}:${port}`;
+  logger.info("server listening", { url, auth: config.auth, dataDir, runtime: options.runtime.name });
+
+  let closing: Promise<void> | null = null;
+  return {
+    url,
+    port,
+    close() {
+      closing ??= (async () => {
+        logger.info("server shutting down", { graceMs: config.shutdownGraceMs });
+        const stopped = app.close();
+        hub.close();
+        await manager.close(config.shutdownGraceMs);
+        await stopped;
+        await cleanStaging(dataDir);
+      })();
+      return closing;
+    },
+  };
+}
+
+function defaultRuntimeCheck(runtime: SandboxRuntime): () => Promise<void> {
+  if (runtime.name !== "docker") return () => Promise.resolve();
+  return async () => {
+    if (!(await dockerAvailable())) throw new Error("the Docker daemon does not answer");
+  };
+}
+
+async function cleanStaging(dataDir: string): Promise<void> {
+  const dir = stagingDir(dataDir);
+  for (const name of await readdir(dir).catch(() => [] as string[])) await rm(resolve(dir, name), { force: true, recursive: true });
+}
