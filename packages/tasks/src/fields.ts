@@ -1,0 +1,134 @@
+import { relative, isAbsolute, sep } from "node:path";
+import { z } from "zod";
+import { TaskLoadError } from "./errors";
+
+/** Where a loader reports problems: the file (as shown to the user) and the errors so far. */
+export interface Report {
+  file: string;
+  taskId?: string;
+  errors: TaskLoadError[];
+}
+
+/** Record one problem with `field` in the report's file. */
+export function fail(report: Report, detail: string, field?: string): void {
+  report.errors.push(new TaskLoadError(report.file, detail, { field, taskId: report.taskId }));
+}
+
+/** A path as shown in messages: relative to the working directory when inside it, else absolute. */
+export function displayPath(path: string): string {
+  const rel = relative(process.cwd(), path);
+  if (rel === "") return ".";
+  if (rel.startsWith("..") || isAbsolute(rel)) return path;
+  return rel.split(sep).join("/");
+}
+
+/** A value as quoted in messages: strings in JSON quotes, long things shortened. */
+export function describe(value: unknown): string {
+  if (value === undefined) return "nothing";
+  if (value instanceof Date) return value.toISOString();
+  if (typeof value === "number" || typeof value === "boolean" || typeof value === "bigint") return String(value);
+  let text: string;
+  try {
+    text = JSON.stringify(value) ?? String(value);
+  } catch {
+    text = String(value);
+  }
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
+}
+
+/** What a field must hold: a zod schema for the check and a phrase for the message. */
+export interface Kind<T> {
+  schema: z.ZodType<T>;
+  expected: string;
+}
+
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+export const kinds = {
+  positiveNumber: { schema: z.number().positive().finite(), expected: "a positive number" },
+  positiveInt: { schema: z.number().int().positive(), expected: "a positive integer" },
+  nonNegativeInt: { schema: z.number().int().nonnegative(), expected: "a whole number >= 0" },
+  string: { schema: z.string().min(1), expected: "a non-empty string" },
+  boolean: { schema: z.boolean(), expected: "true or false" },
+  stringList: { schema: z.array(z.string()), expected: "a list of strings" },
+  absolutePath: { schema: z.string().startsWith("/"), expected: 'an absolute path such as "/app"' },
+  env: {
+    schema: z
+      .record(z.string().regex(ENV_NAME), z.union([z.string(), z.number(), z.boolean()]))
+      .transform((env) => Object.fromEntries(Object.entries(env).map(([k, v]) => [k, String(v)]))),
+    expected: "a table of NAME = \"value\" pairs (names are letters, digits and _)",
+  },
+} satisfies Record<string, Kind<unknown>>;
+
+/**
+ * Reads known keys from one table of a task file, checks each against its kind and records
+ * every problem (never stops at the first); the keys it was not asked for stay in `rest()`.
+ */
+export class Section {
+  private readonly used = new Set<string>();
+  readonly raw: Record<string, unknown>;
+
+  constructor(
+    private readonly report: Report,
+    raw: unknown,
+    /** How a key of this table is written in messages, e.g. `[agent].timeout_sec`. */
+    private readonly label: (key: string) => string,
+  ) {
+    this.raw = isTable(raw) ? raw : {};
+  }
+
+  has(key: string): boolean {
+    return this.raw[key] !== undefined;
+  }
+
+  /** The raw value, marked as used, without any check. */
+  take(key: string): unknown {
+    this.used.add(key);
+    return this.raw[key];
+  }
+
+  /** The checked value; undefined when absent or invalid (the problem is recorded). */
+  get<T>(key: string, kind: Kind<T>): T | undefined {
+    const value = this.take(key);
+    if (value === undefined) return undefined;
+    const parsed = kind.schema.safeParse(value);
+    if (parsed.success) return parsed.data;
+    this.fail(key, `must be ${kind.expected}, got ${describe(value)}`);
+    return undefined;
+  }
+
+  /** Record a problem with `key` of this table. */
+  fail(key: string, problem: string): void {
+    fail(this.report, `${this.label(key)} ${problem}`, this.label(key));
+  }
+
+  /** Keys nobody asked for, verbatim (they go to TaskSpec.extra). */
+  rest(): Record<string, unknown> {
+    return Object.fromEntries(Object.entries(this.raw).filter(([key]) => !this.used.has(key)));
+  }
+}
+
+export function isTable(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value) && !(value instanceof Date);
+}
+
+/** A list of strings, or one string taken as a list of one. Undefined (and recorded) when neither. */
+export function stringOrList(section: Section, key: string): string[] | undefined {
+  const value = section.raw[key];
+  if (typeof value === "string") {
+    section.take(key);
+    return [value];
+  }
+  return section.get(key, kinds.stringList);
+}
+
+const SIZE = /^\s*(\d+(?:\.\d+)?)\s*([kmgt])(?:ib?|b)?\s*$/i;
+const MB_PER_UNIT: Record<string, number> = { k: 1 / 1024, m: 1, g: 1024, t: 1024 * 1024 };
+
+/** Megabytes in a legacy size string ("2G" -> 2048, "512M" -> 512, "1.5G" -> 1536); null if not one. */
+export function parseSizeMb(text: string): number | null {
+  const [, amount, unit] = SIZE.exec(text) ?? [];
+  if (amount === undefined || unit === undefined) return null;
+  const mb = Math.ceil(Number(amount) * (MB_PER_UNIT[unit.toLowerCase()] ?? Number.NaN));
+  return Number.isFinite(mb) && mb > 0 ? mb : null;
+}

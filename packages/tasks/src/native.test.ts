@@ -1,0 +1,199 @@
+import { join } from "node:path";
+import { describe, expect, test } from "vitest";
+import { nativeFiles, script, tempDir, writeTree } from "../test/fixtures";
+import { loadNativeTask, NATIVE_SOLUTION_COMMAND, NATIVE_TEST_COMMAND } from "./native";
+
+const FULL_TOML = `
+version = "1.0"
+source = "hand-written"
+
+[metadata]
+category = "file-ops"
+difficulty = "hard"
+tags = ["files", "bash"]
+author_name = "Ada"
+
+[agent]
+timeout_sec = 120
+
+[verifier]
+timeout_sec = 45.5
+env = { STRICT = "1", LEVEL = 3 }
+
+[environment]
+docker_image = "proctor/base:bookworm"
+build_timeout_sec = 900
+cpus = 1.5
+memory_mb = 4096
+storage_mb = 10240
+gpus = 1
+allow_internet = true
+workdir = "/work"
+env = { LANG = "C.UTF-8" }
+shm_size = "1g"
+
+[solution]
+env = { X = "1" }
+`;
+
+async function load(files: Record<string, Parameters<typeof writeTree>[1][string]>, name = "my-task") {
+  const root = await tempDir();
+  const dir = join(root, name);
+  await writeTree(dir, files);
+  return { dir, ...(await loadNativeTask(dir)) };
+}
+
+describe("loadNativeTask", () => {
+  test("reads every task.toml field into the spec", async () => {
+    const { dir, task, errors } = await load(
+      nativeFiles({
+        "task.toml": FULL_TOML,
+        "environment/Dockerfile": "FROM proctor/base:bookworm\n",
+        "solution/solve.sh": script("echo hi > hello.txt\n"),
+      }),
+    );
+    expect(errors).toEqual([]);
+    expect(task).toEqual({
+      id: "my-task",
+      format: "native",
+      sourcePath: dir,
+      instruction: "Write hello.txt\n",
+      category: "file-ops",
+      difficulty: "hard",
+      tags: ["files", "bash"],
+      environment: {
+        dockerImage: "proctor/base:bookworm",
+        buildContext: join(dir, "environment"),
+        buildTimeoutSec: 900,
+        cpus: 1.5,
+        memoryMb: 4096,
+        storageMb: 10240,
+        gpus: 1,
+        allowInternet: true,
+        workdir: "/work",
+        env: { LANG: "C.UTF-8" },
+      },
+      agent: { timeoutSec: 120 },
+      verifier: { mode: "reward-file", testsDir: join(dir, "tests"), command: NATIVE_TEST_COMMAND, timeoutSec: 45.5, env: { STRICT: "1", LEVEL: "3" } },
+      solution: { dir: join(dir, "solution"), command: NATIVE_SOLUTION_COMMAND },
+      workspace: null,
+      extra: {
+        version: "1.0",
+        source: "hand-written",
+        metadata: { author_name: "Ada" },
+        environment: { shm_size: "1g" },
+        solution: { env: { X: "1" } },
+      },
+    });
+    expect(NATIVE_TEST_COMMAND).toBe('bash "$PROCTOR_TESTS_DIR/test.sh"');
+  });
+
+  test("without task.toml: defaults (600 s, no internet, no image, no solution)", async () => {
+    const { task, errors } = await load(nativeFiles());
+    expect(errors).toEqual([]);
+    expect(task?.agent.timeoutSec).toBe(600);
+    expect(task?.verifier.timeoutSec).toBe(600);
+    expect(task?.environment).toMatchObject({ dockerImage: null, buildContext: null, buildTimeoutSec: 600, allowInternet: false, gpus: 0, memoryMb: null });
+    expect(task?.solution).toBeNull();
+    expect(task?.extra).toEqual({});
+  });
+
+  test.each([
+    ['memory = "2G"', 2048],
+    ['memory = "512M"', 512],
+    ['memory = "1.5G"', 1536],
+    ['memory = "2Gi"', 2048],
+  ])("legacy %s -> %d MB", async (line, mb) => {
+    const { task, errors } = await load(nativeFiles({ "task.toml": `[environment]\n${line}\nstorage = "10G"\n` }));
+    expect(errors).toEqual([]);
+    expect(task?.environment.memoryMb).toBe(mb);
+    expect(task?.environment.storageMb).toBe(10240);
+  });
+
+  test.each([
+    ['"none"', false],
+    ['"bridge"', true],
+  ])("network_mode = %s sets allowInternet %s", async (mode, allowed) => {
+    const { task, errors } = await load(nativeFiles({ "task.toml": `[environment]\nnetwork_mode = ${mode}\n` }));
+    expect(errors).toEqual([]);
+    expect(task?.environment.allowInternet).toBe(allowed);
+  });
+
+  test("bad values: every one reported, naming file and field, saying what was expected", async () => {
+    const { dir, task, errors } = await load(
+      nativeFiles({
+        "task.toml": `
+[metadata]
+tags = "one"
+[agent]
+timeout_sec = "abc"
+[verifier]
+timeout_sec = -5
+env = { "BAD-NAME" = "x" }
+[environment]
+memory = "lots"
+cpus = 0
+gpus = 1.5
+workdir = "app"
+network_mode = "overlay"
+`,
+      }),
+    );
+    expect(task).toBeNull();
+    const file = join(dir, "task.toml");
+    expect(errors.map((e) => e.message)).toEqual([
+      `${file}: [metadata].tags must be a list of strings, got "one"`,
+      `${file}: [agent].timeout_sec must be a positive number, got "abc"`,
+      `${file}: [verifier].timeout_sec must be a positive number, got -5`,
+      `${file}: [verifier].env must be a table of NAME = "value" pairs (names are letters, digits and _), got {"BAD-NAME":"x"}`,
+      `${file}: [environment].cpus must be a positive number, got 0`,
+      `${file}: [environment].memory must be a size such as "2G" or "512M" (or use memory_mb = 2048), got "lots"`,
+      `${file}: [environment].gpus must be a whole number >= 0, got 1.5`,
+      `${file}: [environment].network_mode must be "bridge", "none" or "host", got "overlay"`,
+      `${file}: [environment].workdir must be an absolute path such as "/app", got "app"`,
+    ]);
+    expect(errors[1]).toMatchObject({ name: "TaskLoadError", file, field: "[agent].timeout_sec", taskId: "my-task" });
+  });
+
+  test("memory and memory_mb together, or contradicting allow_internet/network_mode, are reported", async () => {
+    const { dir, errors } = await load(
+      nativeFiles({ "task.toml": '[environment]\nmemory_mb = 100\nmemory = "2G"\nallow_internet = true\nnetwork_mode = "none"\n' }),
+    );
+    const file = join(dir, "task.toml");
+    expect(errors.map((e) => e.message)).toEqual([
+      `${file}: [environment].memory and memory_mb are both set: keep only memory_mb`,
+      `${file}: [environment].network_mode is "none" but [environment].allow_internet is true: keep only allow_internet`,
+    ]);
+  });
+
+  test("invalid TOML says where", async () => {
+    const { dir, errors } = await load(nativeFiles({ "task.toml": "[agent]\ntimeout_sec = = 3\n" }));
+    expect(errors).toHaveLength(1);
+    expect(errors[0]?.message).toMatch(new RegExp(`^${join(dir, "task.toml")}: is not valid TOML \\(line 2, column \\d+\\)`));
+  });
+
+  test("a section that is not a table is reported", async () => {
+    const { dir, errors } = await load(nativeFiles({ "task.toml": "agent = 5\n" }));
+    expect(errors.map((e) => e.message)).toEqual([`${join(dir, "task.toml")}: [agent] must be a table, got 5`]);
+  });
+
+  test("missing instruction.md and tests/test.sh are errors", async () => {
+    const { dir, task, errors } = await load({ "task.toml": "", "solution/solve.sh": "true\n" });
+    expect(task).toBeNull();
+    expect(errors.map((e) => e.message)).toEqual([
+      `${dir}: instruction.md is missing: a native task needs instruction.md (what the agent is told)`,
+      `${dir}: tests/test.sh is missing: a native task is verified by tests/test.sh writing /logs/verifier/reward.txt`,
+    ]);
+  });
+
+  test("an empty instruction.md is an error", async () => {
+    const { dir, errors } = await load(nativeFiles({ "instruction.md": "  \n" }));
+    expect(errors.map((e) => e.message)).toEqual([`${join(dir, "instruction.md")}: is empty: write what the agent is asked to do`]);
+  });
+
+  test("a directory name that is not a task id is an error", async () => {
+    const { errors } = await load(nativeFiles(), "bad name!");
+    expect(errors).toHaveLength(1);
+    expect(errors[0]?.message).toContain('directory name "bad name!" is not a valid task id');
+  });
+});

@@ -1,0 +1,283 @@
+import { readdir } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { DEFAULT_AGENT_TIMEOUT_SEC, DEFAULT_BUILD_TIMEOUT_SEC, type CheckSpec, type TaskSpec } from "@proctor/schema";
+import { checkTaskId, finish, loggerOf, parseYaml, readText, scalarSource, type LoadedTask, type LoaderOptions } from "./common";
+import { TaskLoadError } from "./errors";
+import { describe, displayPath, fail, isTable, kinds, Section, stringOrList, type Report } from "./fields";
+import { byPath, defaultCacheDir, isDir, isFile, listTree, prepareDir } from "./tree";
+
+/** term-executor's own per-test-script timeout (TEST_TIMEOUT_SECS). */
+export const TERM_EXECUTOR_CHECK_TIMEOUT_SEC = 300;
+export const TERM_EXECUTOR_INSTALL_TIMEOUT_SEC = 600;
+export const TERM_EXECUTOR_SOLUTION_COMMAND = 'git apply --whitespace=nowarn "$PROCTOR_SOLUTION_DIR/solution.patch"';
+
+/** workspace.yaml keys Proctor interprets; the rest (install_config, difficulty_score, ...) go to `extra`. */
+const INTERPRETED = [
+  "repo", "base_commit", "version", "language", "install", "image", "docker_image", "fail_to_pass", "pass_to_pass",
+  "agent_timeout_sec", "test_timeout_sec", "verifier_timeout_sec", "install_timeout_sec", "allow_internet",
+  "difficulty", "category", "tags", "prompt", "patch", "env",
+];
+
+export interface TermExecutorOptions extends LoaderOptions {
+  /**
+   * Accept `repo` values that are local paths or file:// URLs (default true). A server loading
+   * uploaded archives should pass false, or an upload could have a host repository cloned
+   * into the sandbox.
+   */
+  allowLocalRepos?: boolean;
+}
+
+export interface TermExecutorArchive {
+  /** Tasks that loaded, sorted by id. */
+  tasks: TaskSpec[];
+  /** The archive's agent_code/ directory, or null when it has none. */
+  agentDir: string | null;
+  /** Every task that failed to load (and problems with the layout itself); never silently skipped. */
+  errors: TaskLoadError[];
+}
+
+/**
+ * Load an extracted term-executor archive: `tasks/<id>/` (workspace.yaml, prompt.md, tests/ or
+ * checks.txt) and `agent_code/`, at `rootDir` or in the one directory below it.
+ */
+export async function loadTermExecutorArchive(rootDir: string, options: TermExecutorOptions = {}): Promise<TermExecutorArchive> {
+  const errors: TaskLoadError[] = [];
+  const root = await findRoot(resolve(rootDir), errors);
+  if (root === null) return { tasks: [], agentDir: null, errors };
+  const agentDir = (await isDir(join(root, "agent_code"))) ? join(root, "agent_code") : null;
+  const tasksDir = join(root, "tasks");
+  if (!(await isDir(tasksDir))) {
+    errors.push(new TaskLoadError(displayPath(root), "has no tasks/ directory: a term-executor archive holds tasks/<id>/ beside agent_code/"));
+    return { tasks: [], agentDir, errors };
+  }
+  const names = (await readdir(tasksDir, { withFileTypes: true }))
+    .filter((entry) => entry.isDirectory() && !entry.name.startsWith(".") && entry.name !== "__MACOSX")
+    .map((entry) => entry.name)
+    .sort(byPath);
+  if (names.length === 0) errors.push(new TaskLoadError(displayPath(tasksDir), "holds no task directories"));
+  const tasks: TaskSpec[] = [];
+  for (const name of names) {
+    const loaded = await loadTermExecutorTask(join(tasksDir, name), options);
+    if (loaded.task) tasks.push(loaded.task);
+    errors.push(...loaded.errors);
+  }
+  return { tasks, agentDir, errors };
+}
+
+/** True when `dir` looks like a term-executor root (or holds one a level down). */
+export async function isTermExecutorRoot(dir: string): Promise<boolean> {
+  if (await looksLikeRoot(dir)) return true;
+  const children = await subdirs(dir);
+  for (const child of children) if (await looksLikeRoot(join(dir, child))) return true;
+  return false;
+}
+
+async function looksLikeRoot(dir: string): Promise<boolean> {
+  if (await isDir(join(dir, "agent_code"))) return true;
+  const tasksDir = join(dir, "tasks");
+  if (!(await isDir(tasksDir))) return false;
+  for (const name of await subdirs(tasksDir)) {
+    if ((await isFile(join(tasksDir, name, "workspace.yaml"))) || (await isFile(join(tasksDir, name, "prompt.md")))) return true;
+  }
+  return false;
+}
+
+async function subdirs(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
+  return entries.filter((e) => e.isDirectory() && !e.name.startsWith(".") && e.name !== "__MACOSX").map((e) => e.name).sort(byPath);
+}
+
+async function findRoot(dir: string, errors: TaskLoadError[]): Promise<string | null> {
+  if (!(await isDir(dir))) {
+    errors.push(new TaskLoadError(displayPath(dir), "is not a directory: give the extracted archive's directory"));
+    return null;
+  }
+  if ((await isDir(join(dir, "tasks"))) || (await isDir(join(dir, "agent_code")))) return dir;
+  const candidates: string[] = [];
+  for (const child of await subdirs(dir)) {
+    if ((await isDir(join(dir, child, "tasks"))) || (await isDir(join(dir, child, "agent_code")))) candidates.push(child);
+  }
+  const [only] = candidates;
+  if (only !== undefined && candidates.length === 1) return join(dir, only);
+  errors.push(
+    new TaskLoadError(
+      displayPath(dir),
+      candidates.length === 0
+        ? "has no tasks/ or agent_code/ directory, at its root or one directory down"
+        : `has several directories holding tasks/ or agent_code/ (${candidates.join(", ")}); put one at the root`,
+    ),
+  );
+  return null;
+}
+
+const REMOTE_REPO = /^(https?:\/\/|ssh:\/\/|git@)/;
+const GITHUB_SHORTHAND = /^[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+$/;
+
+/** Load one `tasks/<id>/` directory of a term-executor archive. */
+export async function loadTermExecutorTask(dir: string, options: TermExecutorOptions = {}): Promise<LoadedTask> {
+  const root = resolve(dir);
+  const id = root.split(/[\\/]/).pop() ?? "";
+  const logger = loggerOf(options);
+  const dirReport: Report = { file: displayPath(root), taskId: id, errors: [] };
+  checkTaskId(id, root, dirReport);
+
+  const yamlPath = join(root, "workspace.yaml");
+  const yamlReport: Report = { file: displayPath(yamlPath), taskId: id, errors: dirReport.errors };
+  let raw: unknown = {};
+  let yamlText = "";
+  let doc: ReturnType<typeof parseYaml> = null;
+  if (await isFile(yamlPath)) {
+    yamlText = (await readText(yamlPath, yamlReport)) ?? "";
+    doc = parseYaml(yamlText, yamlReport);
+    raw = doc?.toJS() ?? {};
+    if (doc !== null && !isTable(raw)) fail(yamlReport, `must be a mapping of keys to values, got ${describe(raw)}`);
+  } else {
+    fail(dirReport, "workspace.yaml is missing: a term-executor task needs workspace.yaml (repo, base_commit, install)", "workspace.yaml");
+  }
+  const yaml = new Section(yamlReport, raw, (key) => key);
+  // Fields that are strings even when they look like numbers (a sha such as 1234e56, version 3.10).
+  const text = (key: string): string | undefined => {
+    if (doc === null || !yaml.has(key)) return undefined;
+    const source = scalarSource(doc, yamlText, key);
+    if (source !== undefined && source !== "") {
+      yaml.take(key);
+      return source;
+    }
+    return yaml.get(key, kinds.string);
+  };
+
+  let repo = text("repo");
+  if (repo === undefined && doc !== null && !yaml.has("repo")) {
+    yaml.fail("repo", "is missing: give the git repository to check out (a URL or owner/name on GitHub)");
+  }
+  if (repo !== undefined) {
+    if (GITHUB_SHORTHAND.test(repo)) repo = `https://github.com/${repo}`;
+    else if (!REMOTE_REPO.test(repo) && options.allowLocalRepos === false) {
+      yaml.fail("repo", `must be an http(s), ssh or git@ URL here (local repositories are not allowed), got ${describe(repo)}`);
+    }
+  }
+  const baseCommit = text("base_commit");
+  if (baseCommit === undefined && doc !== null && !yaml.has("base_commit")) {
+    yaml.fail("base_commit", "is missing: give the commit to check out so every trial starts from the same code");
+  }
+  const version = text("version") ?? null;
+  const language = yaml.get("language", kinds.string) ?? null;
+  const installConfig = yaml.raw.install_config;
+  let install = stringOrList(yaml, "install");
+  if (install === undefined && !yaml.has("install") && isTable(installConfig) && typeof installConfig.install === "string") {
+    install = [installConfig.install];
+  }
+  const failToPass = stringOrList(yaml, "fail_to_pass") ?? [];
+  const passToPass = stringOrList(yaml, "pass_to_pass") ?? [];
+  const checkTimeout = yaml.get("test_timeout_sec", kinds.positiveNumber) ?? TERM_EXECUTOR_CHECK_TIMEOUT_SEC;
+
+  let instruction = "";
+  const promptPath = join(root, "prompt.md");
+  if (await isFile(promptPath)) {
+    const promptReport: Report = { file: displayPath(promptPath), taskId: id, errors: dirReport.errors };
+    instruction = (await readText(promptPath, promptReport)) ?? "";
+    if (instruction.trim() === "") fail(promptReport, "is empty: write what the agent is asked to do");
+    yaml.take("prompt");
+  } else if (yaml.has("prompt")) {
+    instruction = yaml.get("prompt", kinds.string) ?? "";
+  } else {
+    fail(dirReport, "prompt.md is missing: a term-executor task needs prompt.md (what the agent is told)", "prompt.md");
+  }
+
+  // Checks: tests/**/*.sh; else checks.txt; else fail_to_pass + pass_to_pass (term-executor's order).
+  const testsPath = join(root, "tests");
+  const testsDir = (await isDir(testsPath)) ? testsPath : null;
+  const checks: CheckSpec[] = [];
+  if (testsDir !== null) {
+    for (const entry of await listTree(testsDir)) {
+      if (entry.rel.endsWith(".sh")) checks.push({ name: entry.rel, command: `bash ${shellQuote(`tests/${entry.rel}`)}`, timeoutSec: checkTimeout });
+    }
+  }
+  const checksTxt = join(root, "checks.txt");
+  const hasChecksTxt = await isFile(checksTxt);
+  if (checks.length > 0) {
+    if (hasChecksTxt) logger.warn("checks.txt ignored: tests/*.sh scripts take precedence", { taskId: id, file: displayPath(checksTxt) });
+  } else if (hasChecksTxt) {
+    const checksReport: Report = { file: displayPath(checksTxt), taskId: id, errors: dirReport.errors };
+    const lines = ((await readText(checksTxt, checksReport)) ?? "").split(/\r?\n/);
+    lines.forEach((line, index) => {
+      const command = line.trim();
+      if (command !== "" && !command.startsWith("#")) checks.push({ name: `check_${index}.sh`, command, timeoutSec: checkTimeout });
+    });
+  }
+  if (checks.length > 0) {
+    if (failToPass.length + passToPass.length > 0) {
+      logger.warn("fail_to_pass/pass_to_pass ignored: tests/*.sh or checks.txt take precedence", { taskId: id });
+    }
+  } else {
+    failToPass.forEach((command, i) => checks.push({ name: `fail_to_pass_${i}.sh`, command, timeoutSec: checkTimeout }));
+    passToPass.forEach((command, i) => checks.push({ name: `pass_to_pass_${failToPass.length + i}.sh`, command, timeoutSec: checkTimeout }));
+  }
+  const emptyCheck = checks.find((check) => check.command.trim() === "");
+  if (emptyCheck) fail(yamlReport, `${emptyCheck.name.replace(/_\d+\.sh$/, "")} has an empty command`);
+  if (checks.length === 0) {
+    fail(dirReport, "has no checks: add tests/*.sh scripts, a checks.txt, or fail_to_pass/pass_to_pass in workspace.yaml (a task without checks cannot pass)");
+  }
+  const verifierTimeout =
+    yaml.get("verifier_timeout_sec", kinds.positiveNumber) ?? Math.max(1, checks.reduce((sum, check) => sum + check.timeoutSec, 0));
+
+  const dockerImage = yaml.get("docker_image", kinds.string) ?? yaml.get("image", kinds.string) ?? null;
+  const agentTimeout = yaml.get("agent_timeout_sec", kinds.positiveNumber) ?? DEFAULT_AGENT_TIMEOUT_SEC;
+  const installTimeout = yaml.get("install_timeout_sec", kinds.positiveNumber) ?? TERM_EXECUTOR_INSTALL_TIMEOUT_SEC;
+  const allowInternet = yaml.get("allow_internet", kinds.boolean) ?? false;
+  const env = yaml.get("env", kinds.env) ?? {};
+  const difficulty = text("difficulty") ?? null;
+  const category = yaml.get("category", kinds.string) ?? null;
+  const tags = yaml.get("tags", kinds.stringList) ?? [];
+  const patch = yaml.get("patch", kinds.string);
+  for (const key of INTERPRETED) yaml.take(key);
+
+  let solution: TaskSpec["solution"] = null;
+  if (patch !== undefined && dirReport.errors.length === 0) {
+    const patchText = patch.endsWith("\n") ? patch : `${patch}\n`;
+    const solutionDir = await prepareDir(options.cacheDir ?? defaultCacheDir(), `te-solution-${id}`, [
+      { rel: "solution.patch", content: patchText, executable: false },
+    ]);
+    solution = { dir: solutionDir, command: TERM_EXECUTOR_SOLUTION_COMMAND };
+  }
+
+  const spec: TaskSpec = {
+    id,
+    format: "term-executor",
+    sourcePath: root,
+    instruction,
+    category,
+    difficulty,
+    tags,
+    environment: {
+      dockerImage,
+      buildContext: null,
+      buildTimeoutSec: DEFAULT_BUILD_TIMEOUT_SEC,
+      cpus: null,
+      memoryMb: null,
+      storageMb: null,
+      gpus: 0,
+      allowInternet,
+      workdir: null,
+      env,
+    },
+    agent: { timeoutSec: agentTimeout },
+    verifier: { mode: "checks", testsDir, checks, timeoutSec: verifierTimeout, env: {} },
+    solution,
+    workspace: {
+      repo: repo ?? "",
+      baseCommit: baseCommit ?? "",
+      version,
+      language,
+      install: install ?? [],
+      installTimeoutSec: installTimeout,
+    },
+    extra: yaml.rest(),
+  };
+  return finish(spec, dirReport);
+}
+
+/** A word the shell reads back unchanged. */
+export function shellQuote(word: string): string {
+  return /^[A-Za-z0-9_./:=@%+-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
+}
