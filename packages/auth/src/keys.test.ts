@@ -91,6 +91,12 @@ describe("loadKeypair", () => {
     const key = loadKeypair({ env: { PROCTOR_HOTKEY_URI: "//Alice" }, logger });
     expect(key.address).toBe(ALICE);
     expect(lines.some((l) => l.level === "warn" && /development key/.test(l.message))).toBe(true);
+    const spelledOut = recordingLogger();
+    loadKeypair({ uri: `${DEV_PHRASE}//Bob`, logger: spelledOut.logger });
+    expect(spelledOut.lines.some((l) => /development key/.test(l.message))).toBe(true);
+    const real = recordingLogger();
+    loadKeypair({ uri: mnemonic, logger: real.logger });
+    expect(real.lines).toEqual([]);
   });
 
   it("loads a mnemonic file named by $PROCTOR_HOTKEY_FILE and warns about loose permissions", () => {

@@ -199,7 +199,7 @@ export function loadKeypair(options: LoadKeypairOptions = {}): Keypair {
   if (expectedAddress !== undefined && !sameKey(expectedAddress, keypair.publicKey)) {
     throw new KeyLoadError(source, `ss58Address ${expectedAddress} does not match the key derived from the file (${keypair.address})`);
   }
-  if (/^\s*\/\//.test(suri)) {
+  if (/^\s*\/\//.test(suri) || suri.trim().startsWith(DEV_PHRASE)) {
     logger.warn("using a well-known development key; anyone can sign as it", { address: keypair.address, source });
   }
   return keypair;
