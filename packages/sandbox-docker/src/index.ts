@@ -1,1 +1,8 @@
-export {};
+export { DockerRuntime, DEFAULT_PIDS_LIMIT, DROPPED_CAPABILITIES } from "./runtime";
+export type { DockerRuntimeOptions } from "./runtime";
+export { DockerSandbox } from "./sandbox";
+export { BUILD_REPOSITORY } from "./image";
+export { dockerAvailable, dockerTestGate } from "./gate";
+export { EXEC_MARKER } from "./kill-tree";
+export { currentOwnerLabel, parseOwner } from "./owner";
+export type { Owner } from "./owner";

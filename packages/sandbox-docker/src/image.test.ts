@@ -1,0 +1,96 @@
+import { randomUUID } from "node:crypto";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Dockerode from "dockerode";
+import { ImageError } from "@proctor/sandbox";
+import { afterAll, describe, expect, it } from "vitest";
+import { dockerTestGate } from "./gate";
+import { BUILD_REPOSITORY } from "./image";
+import { DockerRuntime } from "./runtime";
+import { BUSYBOX, testContainers } from "./test-helpers";
+
+const docker = new Dockerode();
+const run = await dockerTestGate(docker);
+
+describe.skipIf(!run)("DockerRuntime.resolveImage", () => {
+  const tracked = testContainers(docker, "image");
+  const runtime = new DockerRuntime({ docker });
+  const dirs: string[] = [];
+  const builtTags = new Set<string>();
+
+  afterAll(async () => {
+    await tracked.cleanup();
+    for (const tag of builtTags) await docker.getImage(tag).remove({ force: true });
+    await Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true })));
+  });
+
+  /** A build context whose Dockerfile is unique to this run, so it really builds once. */
+  async function context(dockerfile: string, files: Record<string, string> = {}): Promise<string> {
+    const dir = await mkdtemp(join(tmpdir(), "proctor-build-"));
+    dirs.push(dir);
+    await writeFile(join(dir, "Dockerfile"), `${dockerfile}\n# ${randomUUID()}\n`);
+    for (const [name, body] of Object.entries(files)) await writeFile(join(dir, name), body);
+    return dir;
+  }
+
+  it("uses a present image as it is", async () => {
+    const lines: string[] = [];
+    expect(await runtime.resolveImage({ image: BUSYBOX, buildContext: null, buildTimeoutMs: 1000, onProgress: (l) => lines.push(l) })).toBe(BUSYBOX);
+    expect(lines).toEqual([]);
+  });
+
+  it("explains an image it can neither find nor pull nor build", async () => {
+    const missing = runtime.resolveImage({ image: "proctor/not-here:nope", buildContext: null, buildTimeoutMs: 1000 });
+    await expect(missing).rejects.toBeInstanceOf(ImageError);
+    await expect(missing).rejects.toThrow(/"proctor\/not-here:nope" is not present locally and could not be pulled/);
+    await expect(runtime.resolveImage({ image: null, buildContext: null, buildTimeoutMs: 1000 })).rejects.toThrow(/no image and has no build context/);
+  });
+
+  it("builds from a context when the image cannot be pulled, once, then reuses the build", async () => {
+    const dir = await context(`FROM ${BUSYBOX}\nCOPY greeting.txt /greeting.txt\nRUN echo built-step`, { "greeting.txt": "hello from the context\n" });
+    const progress: string[] = [];
+    const request = { image: "proctor/not-here:nope", buildContext: dir, buildTimeoutMs: 60_000, onProgress: (l: string) => progress.push(l) };
+    // Two concurrent requests share one build.
+    const [first, second] = await Promise.all([runtime.resolveImage(request), runtime.resolveImage(request)]);
+    builtTags.add(first);
+    expect(second).toBe(first);
+    expect(first).toMatch(new RegExp(`^${BUILD_REPOSITORY}/[0-9a-f]{64}$`));
+    expect(progress.filter((l) => l.startsWith("building "))).toHaveLength(1);
+    expect(progress.some((l) => l.includes("built-step"))).toBe(true);
+
+    await using sandbox = await runtime.create({ image: first, labels: tracked.labels });
+    expect((await sandbox.exec(["cat", "/greeting.txt"])).stdout).toBe("hello from the context\n");
+
+    progress.length = 0;
+    expect(await runtime.resolveImage({ ...request, image: null })).toBe(first);
+    expect(progress).toEqual([`using cached build ${first}`]);
+  });
+
+  it("a failed build raises ImageError with the end of the build log", async () => {
+    const dir = await context(`FROM ${BUSYBOX}\nRUN echo "the-marker-line" && exit 3`);
+    const error = await runtime.resolveImage({ image: null, buildContext: dir, buildTimeoutMs: 60_000 }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ImageError);
+    expect((error as Error).message).toMatch(/failed/);
+    expect((error as Error).message).toMatch(/the-marker-line/);
+  });
+
+  it("a build past buildTimeoutMs is cancelled and explained", async () => {
+    const dir = await context(`FROM ${BUSYBOX}\nRUN sleep 60`);
+    const started = Date.now();
+    const error = await runtime.resolveImage({ image: null, buildContext: dir, buildTimeoutMs: 1500 }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ImageError);
+    expect((error as Error).message).toMatch(/took longer than 1500 ms/);
+    expect(Date.now() - started).toBeLessThan(30_000);
+    // The daemon cancelled the build too: its RUN container goes away well before the sleep ends.
+    const building = async () => (await docker.listContainers({ all: true })).filter((c) => c.Command.includes("sleep 60"));
+    for (let i = 0; i < 50 && (await building()).length > 0; i++) await new Promise((r) => setTimeout(r, 200));
+    expect(await building()).toEqual([]);
+  });
+
+  it("a context without a Dockerfile is refused up front", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "proctor-build-"));
+    dirs.push(dir);
+    await expect(runtime.resolveImage({ image: null, buildContext: dir, buildTimeoutMs: 1000 })).rejects.toThrow(/has no Dockerfile/);
+  });
+});

@@ -1,0 +1,430 @@
+import { randomUUID } from "node:crypto";
+import { mkdir, readFile, stat } from "node:fs/promises";
+import { basename, posix } from "node:path";
+import type { IncomingMessage } from "node:http";
+import type { Duplex, Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import type Dockerode from "dockerode";
+import * as tar from "tar";
+import { packDirectory, packFiles } from "@proctor/archive";
+import {
+  OutputCollector,
+  SandboxClosedError,
+  buildExecResult,
+  normalizeSandboxPath,
+  SandboxError,
+  TransferError,
+  type ExecCommand,
+  type ExecOptions,
+  type ExecResult,
+  type Sandbox,
+} from "@proctor/sandbox";
+import type { Logger } from "@proctor/schema";
+import { daemonMessage, statusCode } from "./docker-errors";
+import { FrameDemuxer } from "./frames";
+import { EXEC_MARKER, KILL_TREE_SCRIPT } from "./kill-tree";
+
+const DEFAULT_MAX_READ_BYTES = 10 * 1024 * 1024;
+/** How long to wait for the output streams to close after the process tree was killed. */
+const KILL_GRACE_MS = 5000;
+
+/** A running Docker container driven through the Engine API. Create it with DockerRuntime.create. */
+export class DockerSandbox implements Sandbox {
+  readonly runtime = "docker";
+  private killing: Promise<void> | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly container: Dockerode.Container,
+    readonly workdir: string,
+    private readonly logger: Logger,
+  ) {}
+
+  get id(): string {
+    return this.container.id;
+  }
+
+  async exec(command: ExecCommand, options: ExecOptions = {}): Promise<ExecResult> {
+    this.assertOpen("exec");
+    const argv = toArgv(command);
+    const started = performance.now();
+    const stdout = new OutputCollector(options.maxOutputBytes);
+    const stderr = new OutputCollector(options.maxOutputBytes);
+    let timedOut = false;
+    let aborted = false;
+    const finish = (exitCode: number): ExecResult =>
+      buildExecResult({ exitCode, stdout, stderr, timedOut, aborted, durationMs: performance.now() - started });
+    if (options.signal?.aborted) {
+      aborted = true;
+      return finish(-1);
+    }
+
+    const execId = randomUUID();
+    const hasStdin = options.stdin !== undefined;
+    const env = Object.entries(options.env ?? {}).map(([key, value]) => `${key}=${value}`);
+    env.push(`${EXEC_MARKER}=${execId}`);
+    let exec: Dockerode.Exec;
+    let stream: Duplex;
+    try {
+      exec = await this.container.exec({
+        Cmd: argv,
+        AttachStdin: hasStdin,
+        AttachStdout: true,
+        AttachStderr: true,
+        Tty: false,
+        Env: env,
+        WorkingDir: options.cwd === undefined ? this.workdir : this.resolve(options.cwd),
+        User: options.user,
+      });
+      stream = await exec.start({ hijack: true, stdin: hasStdin });
+    } catch (error) {
+      throw this.failure(`exec ${JSON.stringify(argv)}`, error);
+    }
+
+    let killed: Promise<void> | undefined;
+    let killRequested!: () => void;
+    const whenKillRequested = new Promise<void>((resolve) => (killRequested = resolve));
+    const killTree = () => {
+      if (!killed) {
+        killed = this.killExecTree(execId);
+        killRequested();
+      }
+      return killed;
+    };
+    let callbackError: unknown;
+    const demux = new FrameDemuxer((which, chunk) => {
+      if (callbackError !== undefined) return;
+      try {
+        if (which === "stdout") {
+          stdout.push(chunk);
+          options.onStdout?.(chunk);
+        } else {
+          stderr.push(chunk);
+          options.onStderr?.(chunk);
+        }
+      } catch (error) {
+        // A throwing callback stops the command; the error is rethrown to the caller below.
+        callbackError = error;
+        void killTree();
+      }
+    });
+    const ended = new Promise<void>((resolve, reject) => {
+      stream.on("data", (chunk: Buffer) => demux.push(chunk));
+      stream.once("end", resolve);
+      stream.once("close", resolve);
+      stream.once("error", reject);
+    });
+    const timer =
+      options.timeoutMs === undefined
+        ? undefined
+        : setTimeout(() => {
+            timedOut = true;
+            void killTree();
+          }, options.timeoutMs);
+    const onAbort = () => {
+      aborted = true;
+      void killTree();
+    };
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+
+    let graceTimer: NodeJS.Timeout | undefined;
+    let waiting = true;
+    try {
+      const input = options.stdin;
+      if (input !== undefined) {
+        stream.end(typeof input === "string" ? Buffer.from(input, "utf8") : Buffer.from(input.buffer, input.byteOffset, input.byteLength));
+      }
+      // After a kill, the output closes once the killed processes are gone; if something keeps it
+      // open anyway, stop waiting after KILL_GRACE_MS rather than hang.
+      await Promise.race([
+        ended,
+        whenKillRequested
+          .then(() => killed)
+          .then(() => new Promise<void>((resolve) => {
+            if (waiting) graceTimer = setTimeout(resolve, KILL_GRACE_MS);
+          }))
+          .then(() => this.logger.warn("exec output still open after its process tree was killed; stopped waiting", { id: this.id })),
+      ]);
+    } catch (error) {
+      throw this.failure(`exec ${JSON.stringify(argv)}`, error);
+    } finally {
+      waiting = false;
+      clearTimeout(timer);
+      clearTimeout(graceTimer);
+      options.signal?.removeEventListener("abort", onAbort);
+      stream.destroy();
+    }
+    if (killed) await killed;
+    if (callbackError !== undefined) throw callbackError;
+    return finish(await this.exitCode(exec));
+  }
+
+  async upload(hostPath: string, sandboxPath: string): Promise<void> {
+    this.assertOpen("upload");
+    const target = this.resolve(sandboxPath);
+    let info;
+    try {
+      info = await stat(hostPath);
+    } catch (error) {
+      throw new TransferError(`upload: host path ${hostPath} does not exist or cannot be read`, hostPath, { cause: error });
+    }
+    if (info.isDirectory()) {
+      await this.putArchive(target, () => packDirectory(hostPath), `upload ${hostPath}`);
+      return;
+    }
+    // A file goes into sandboxPath when that is a directory, else it is written as sandboxPath.
+    const into = (await this.pathKind(target, "upload")) === "directory";
+    const dest = into ? posix.join(target, basename(hostPath)) : target;
+    const data = await readFile(hostPath);
+    await this.putArchive(
+      posix.dirname(dest),
+      () => packFiles([{ path: posix.basename(dest), data, mode: info.mode & 0o7777 }]),
+      `upload ${hostPath}`,
+    );
+  }
+
+  async writeFile(sandboxPath: string, data: string | Uint8Array, options: { mode?: number } = {}): Promise<void> {
+    this.assertOpen("writeFile");
+    const target = this.resolve(sandboxPath);
+    await this.putArchive(
+      posix.dirname(target),
+      () => packFiles([{ path: posix.basename(target), data, mode: options.mode }]),
+      `writeFile ${target}`,
+    );
+  }
+
+  async readFile(sandboxPath: string, options: { maxBytes?: number } = {}): Promise<Buffer | null> {
+    this.assertOpen("readFile");
+    const maxBytes = options.maxBytes ?? DEFAULT_MAX_READ_BYTES;
+    let path = this.resolve(sandboxPath);
+    for (let hops = 0; hops < 16; hops++) {
+      const archive = await this.getArchive(path, "readFile");
+      if (archive === null) return null;
+      const entry = await readFirstEntry(archive, maxBytes, path);
+      if (entry.kind === "file") return entry.data;
+      if (entry.kind === "link") {
+        path = posix.resolve(posix.dirname(path), entry.target);
+        continue;
+      }
+      throw new TransferError(`readFile: ${path} is a ${entry.type}, not a file`, path);
+    }
+    throw new TransferError(`readFile: ${sandboxPath} has too many levels of symbolic links`, sandboxPath);
+  }
+
+  async download(sandboxPath: string, hostDir: string): Promise<void> {
+    this.assertOpen("download");
+    const source = this.resolve(sandboxPath);
+    const kind = await this.pathKind(source, "download");
+    if (kind === null) return;
+    const archive = await this.getArchive(source, "download");
+    if (archive === null) return;
+    await mkdir(hostDir, { recursive: true });
+    try {
+      await pipeline(
+        archive,
+        tar.x({
+          cwd: hostDir,
+          // The archive's top entry is the source itself: for a directory keep only its contents;
+          // a file lands in hostDir under its own name.
+          strip: kind === "directory" ? 1 : 0,
+          preserveOwner: false,
+          onwarn: (code, message) => this.logger.warn("download: skipped an unsafe or unreadable entry", { source, hostDir, code, message }),
+        }),
+      );
+    } catch (error) {
+      throw new TransferError(`download ${source} -> ${hostDir} failed: ${daemonMessage(error)}`, source, { cause: error });
+    }
+  }
+
+  kill(): Promise<void> {
+    this.closed = true;
+    this.killing ??= this.remove().catch((error: unknown) => {
+      this.killing = undefined;
+      throw error;
+    });
+    return this.killing;
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.kill();
+  }
+
+  private async remove(): Promise<void> {
+    try {
+      await this.container.remove({ force: true, v: true });
+      this.logger.debug("removed sandbox", { id: this.id });
+    } catch (error) {
+      const code = statusCode(error);
+      // 404: already gone; 409: the daemon is already removing it.
+      if (code === 404 || (code === 409 && /already in progress/i.test(daemonMessage(error)))) return;
+      throw new SandboxError(`Removing container ${this.id} failed: ${daemonMessage(error)}`, { cause: error });
+    }
+  }
+
+  private assertOpen(operation: string): void {
+    if (this.closed) throw new SandboxClosedError(`${operation}: sandbox ${this.id} was killed`);
+  }
+
+  /** Resolves a sandbox path against the workdir (absolute paths stay as they are). */
+  private resolve(path: string): string {
+    return normalizeSandboxPath(path, this.workdir);
+  }
+
+  private failure(operation: string, error: unknown): SandboxError {
+    if (error instanceof SandboxError) return error;
+    if (this.closed) return new SandboxClosedError(`${operation}: sandbox ${this.id} was killed`, { cause: error });
+    return new SandboxError(`${operation} in container ${this.id} failed: ${daemonMessage(error)}`, { cause: error });
+  }
+
+  private async killExecTree(execId: string): Promise<void> {
+    try {
+      const exec = await this.container.exec({
+        Cmd: ["/bin/sh", "-c", KILL_TREE_SCRIPT, "proctor-kill", execId],
+        AttachStdout: true,
+        AttachStderr: true,
+        User: "0",
+      });
+      const stream = await exec.start({ hijack: true, stdin: false });
+      let output = "";
+      const demux = new FrameDemuxer((_which, chunk) => {
+        if (output.length < 4096) output += chunk.toString();
+      });
+      stream.on("data", (chunk: Buffer) => demux.push(chunk));
+      await new Promise<void>((resolve, reject) => {
+        stream.once("end", resolve);
+        stream.once("close", resolve);
+        stream.once("error", reject);
+      });
+      stream.destroy();
+      const code = await this.exitCode(exec);
+      if (code !== 0) this.logger.warn("killing an exec's process tree may have failed", { id: this.id, exitCode: code, output });
+    } catch (error) {
+      if (this.closed) return;
+      this.logger.warn("could not kill an exec's process tree", { id: this.id, error: daemonMessage(error) });
+    }
+  }
+
+  /** The exec's exit code once the daemon reports it finished; -1 when unknown (container gone). */
+  private async exitCode(exec: Dockerode.Exec): Promise<number> {
+    for (let attempt = 0; attempt < 100; attempt++) {
+      let info: Dockerode.ExecInspectInfo;
+      try {
+        info = await exec.inspect();
+      } catch (error) {
+        if (statusCode(error) === 404) return -1;
+        throw this.failure("inspecting an exec", error);
+      }
+      if (!info.Running) return typeof info.ExitCode === "number" ? info.ExitCode : -1;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    this.logger.warn("exec output ended but the daemon still reports it running", { id: this.id });
+    return -1;
+  }
+
+  /** putArchive into `dir`, creating `dir` first when the daemon says it is missing. */
+  private async putArchive(dir: string, makeTar: () => Readable, operation: string): Promise<void> {
+    try {
+      await this.container.putArchive(makeTar(), { path: dir });
+      return;
+    } catch (error) {
+      if (!isMissingPath(error)) throw this.transferFailure(operation, dir, error);
+    }
+    await this.mkdirp(dir, operation);
+    try {
+      await this.container.putArchive(makeTar(), { path: dir });
+    } catch (error) {
+      throw this.transferFailure(operation, dir, error);
+    }
+  }
+
+  private async getArchive(path: string, operation: string): Promise<NodeJS.ReadableStream | null> {
+    try {
+      return await this.container.getArchive({ path });
+    } catch (error) {
+      if (isMissingPath(error)) return null;
+      throw this.transferFailure(operation, path, error);
+    }
+  }
+
+  /** "directory", "other" (file, link, ...) or null when the path does not exist. */
+  private async pathKind(path: string, operation: string): Promise<"directory" | "other" | null> {
+    let response: IncomingMessage;
+    try {
+      response = (await this.container.infoArchive({ path })) as IncomingMessage;
+    } catch (error) {
+      if (isMissingPath(error)) return null;
+      throw this.transferFailure(operation, path, error);
+    }
+    response.resume();
+    const header = response.headers["x-docker-container-path-stat"];
+    if (typeof header !== "string") throw new TransferError(`${operation}: the daemon sent no stat for ${path}`, path);
+    const stat = JSON.parse(Buffer.from(header, "base64").toString("utf8")) as { mode: number };
+    // Go's os.FileMode: the directory bit is 1 << 31.
+    return Math.floor(stat.mode / 2 ** 31) % 2 === 1 ? "directory" : "other";
+  }
+
+  private async mkdirp(dir: string, operation: string): Promise<void> {
+    const result = await this.exec(["mkdir", "-p", dir], { user: "0", cwd: "/" });
+    if (result.exitCode !== 0) {
+      throw new TransferError(`${operation}: cannot create ${dir} in the sandbox: ${result.stderr.trim() || result.stdout.trim()}`, dir);
+    }
+  }
+
+  private transferFailure(operation: string, path: string, error: unknown): SandboxError {
+    if (this.closed || isMissingContainer(error)) return new SandboxClosedError(`${operation}: sandbox ${this.id} is gone`, { cause: error });
+    return new TransferError(`${operation} (${path}) failed: ${daemonMessage(error)}`, path, { cause: error });
+  }
+}
+
+type FirstEntry = { kind: "file"; data: Buffer } | { kind: "link"; target: string } | { kind: "other"; type: string };
+
+/** Reads the first entry of a tar stream (the requested path), refusing files above maxBytes. */
+function readFirstEntry(archive: NodeJS.ReadableStream, maxBytes: number, path: string): Promise<FirstEntry> {
+  return new Promise((resolve, reject) => {
+    let done = false;
+    const settle = (error: unknown, value?: FirstEntry) => {
+      if (done) return;
+      done = true;
+      (archive as Readable).destroy();
+      if (value) resolve(value);
+      else reject(error);
+    };
+    const parser = new tar.Parser({
+      onReadEntry: (entry) => {
+        if (done) {
+          entry.resume();
+          return;
+        }
+        if (entry.type === "SymbolicLink") return settle(null, { kind: "link", target: entry.linkpath ?? "" });
+        if (entry.type !== "File" && entry.type !== "OldFile" && entry.type !== "ContiguousFile") {
+          return settle(null, { kind: "other", type: entry.type === "Directory" ? "directory" : entry.type });
+        }
+        if (entry.size > maxBytes) {
+          return settle(new TransferError(`readFile: ${path} is ${entry.size} bytes, above the ${maxBytes} byte limit (maxBytes)`, path));
+        }
+        const chunks: Buffer[] = [];
+        entry.on("data", (chunk: Buffer) => chunks.push(chunk));
+        entry.on("end", () => settle(null, { kind: "file", data: Buffer.concat(chunks) }));
+      },
+    });
+    parser.on("error", (error: unknown) => settle(new TransferError(`readFile: unreadable archive for ${path}`, path, { cause: error })));
+    archive.on("error", (error: unknown) => settle(new TransferError(`readFile ${path} failed: ${daemonMessage(error)}`, path, { cause: error })));
+    parser.on("end", () => settle(new TransferError(`readFile: the daemon sent an empty archive for ${path}`, path)));
+    archive.pipe(parser as unknown as NodeJS.WritableStream);
+  });
+}
+
+function toArgv(command: ExecCommand): string[] {
+  if ("shell" in command) return ["/bin/sh", "-c", command.shell];
+  if (command.length === 0) throw new SandboxError("exec: the command is empty; pass an argv array or { shell: \"...\" }");
+  return [...command];
+}
+
+function isMissingContainer(error: unknown): boolean {
+  return statusCode(error) === 404 && /no such container:/i.test(daemonMessage(error));
+}
+
+/** 404 for a path inside a live container ("Could not find the file ..."). */
+function isMissingPath(error: unknown): boolean {
+  return statusCode(error) === 404 && !isMissingContainer(error);
+}

@@ -1,0 +1,26 @@
+import Dockerode from "dockerode";
+
+/** Label carried by every container a test creates, so afterAll can remove them even after failures. */
+export const TEST_LABEL = "proctor.test";
+
+export interface TestContainers {
+  labels: Record<string, string>;
+  /** Force-removes every container carrying this suite's label; returns how many there were. */
+  cleanup(): Promise<number>;
+}
+
+export function testContainers(docker: Dockerode, suite: string): TestContainers {
+  const value = `sandbox-docker-${suite}-${process.pid}-${Date.now()}`;
+  return {
+    labels: { [TEST_LABEL]: value },
+    async cleanup() {
+      const leftovers = await docker.listContainers({ all: true, filters: { label: [`${TEST_LABEL}=${value}`] } });
+      await Promise.all(leftovers.map((c) => docker.getContainer(c.Id).remove({ force: true, v: true }).catch((error: { statusCode?: number }) => {
+        if (error.statusCode !== 404) throw error;
+      })));
+      return leftovers.length;
+    },
+  };
+}
+
+export const BUSYBOX = "proctor/busybox:latest";

@@ -1,0 +1,99 @@
+import { randomBytes } from "node:crypto";
+import { lstat, mkdir, mkdtemp, readFile, readdir, readlink, rm, symlink, writeFile, chmod } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Dockerode from "dockerode";
+import { TransferError, type Sandbox } from "@proctor/sandbox";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { dockerTestGate } from "./gate";
+import { DockerRuntime } from "./runtime";
+import { BUSYBOX, testContainers } from "./test-helpers";
+
+const docker = new Dockerode();
+const run = await dockerTestGate(docker);
+
+describe.skipIf(!run)("DockerSandbox file transfer", () => {
+  const tracked = testContainers(docker, "transfer");
+  let sandbox: Sandbox;
+  let host: string;
+
+  beforeAll(async () => {
+    host = await mkdtemp(join(tmpdir(), "proctor-transfer-"));
+    sandbox = await new DockerRuntime({ docker }).create({ image: BUSYBOX, labels: tracked.labels });
+  });
+  afterAll(async () => {
+    await sandbox?.kill();
+    await tracked.cleanup();
+    if (host) await rm(host, { recursive: true, force: true });
+  });
+
+  it("uploads and downloads a tree: binary bytes, modes, symlinks and empty dirs survive", async () => {
+    const src = join(host, "src");
+    const binary = randomBytes(300_000);
+    await mkdir(join(src, "nested/deeper"), { recursive: true });
+    await mkdir(join(src, "empty"));
+    await writeFile(join(src, "blob.bin"), binary);
+    await writeFile(join(src, "run.sh"), "#!/bin/sh\necho ran\n");
+    await chmod(join(src, "run.sh"), 0o755);
+    await writeFile(join(src, "nested/deeper/secret.txt"), "s");
+    await chmod(join(src, "nested/deeper/secret.txt"), 0o600);
+    await symlink("nested/deeper/secret.txt", join(src, "link"));
+
+    await sandbox.upload(src, "/data/in"); // /data does not exist yet
+    const inside = await sandbox.exec({ shell: "cd /data/in && ./run.sh && stat -c '%a %n' run.sh nested/deeper/secret.txt && readlink link && ls -d empty && md5sum blob.bin" });
+    expect(inside.exitCode).toBe(0);
+    const md5 = (await import("node:crypto")).createHash("md5").update(binary).digest("hex");
+    expect(inside.stdout).toBe(`ran\n755 run.sh\n600 nested/deeper/secret.txt\nnested/deeper/secret.txt\nempty\n${md5}  blob.bin\n`);
+
+    const back = join(host, "back");
+    await sandbox.download("/data/in", back);
+    expect((await readdir(back)).sort()).toEqual(["blob.bin", "empty", "link", "nested", "run.sh"]);
+    expect((await readFile(join(back, "blob.bin"))).equals(binary)).toBe(true);
+    expect((await lstat(join(back, "run.sh"))).mode & 0o777).toBe(0o755);
+    expect((await lstat(join(back, "nested/deeper/secret.txt"))).mode & 0o777).toBe(0o600);
+    expect(await readlink(join(back, "link"))).toBe("nested/deeper/secret.txt");
+    expect(await readdir(join(back, "empty"))).toEqual([]);
+  });
+
+  it("uploads a single file as the target path, or into the target when it is a directory", async () => {
+    const file = join(host, "one.txt");
+    await writeFile(file, "single\n");
+    await sandbox.upload(file, "/opt/files/renamed.txt");
+    expect((await sandbox.readFile("/opt/files/renamed.txt"))?.toString()).toBe("single\n");
+    await sandbox.upload(file, "/opt/files");
+    expect((await sandbox.readFile("/opt/files/one.txt"))?.toString()).toBe("single\n");
+    await expect(sandbox.upload(join(host, "missing"), "/x")).rejects.toBeInstanceOf(TransferError);
+  });
+
+  it("writes and reads files: text, binary, modes, relative paths, symlinks", async () => {
+    await sandbox.writeFile("/tmp/w/hello.txt", "hello");
+    expect((await sandbox.readFile("/tmp/w/hello.txt"))?.toString()).toBe("hello");
+    const bytes = randomBytes(5000);
+    await sandbox.writeFile("/tmp/w/bytes.bin", bytes);
+    expect((await sandbox.readFile("/tmp/w/bytes.bin"))?.equals(bytes)).toBe(true);
+    await sandbox.writeFile("/tmp/w/tool.sh", "#!/bin/sh\necho tool\n", { mode: 0o755 });
+    expect((await sandbox.exec(["/tmp/w/tool.sh"])).stdout).toBe("tool\n");
+    await sandbox.writeFile("relative.txt", "in workdir");
+    expect((await sandbox.exec(["cat", `${sandbox.workdir}/relative.txt`])).stdout).toBe("in workdir");
+    await sandbox.exec(["ln", "-s", "hello.txt", "/tmp/w/alias"]);
+    expect((await sandbox.readFile("/tmp/w/alias"))?.toString()).toBe("hello");
+  });
+
+  it("readFile: null when missing, errors past maxBytes and for directories", async () => {
+    expect(await sandbox.readFile("/no/such/file")).toBeNull();
+    await sandbox.writeFile("/tmp/big.bin", Buffer.alloc(2048));
+    await expect(sandbox.readFile("/tmp/big.bin", { maxBytes: 1024 })).rejects.toThrow(/2048 bytes, above the 1024 byte limit/);
+    expect((await sandbox.readFile("/tmp/big.bin", { maxBytes: 2048 }))?.length).toBe(2048);
+    await expect(sandbox.readFile("/tmp")).rejects.toBeInstanceOf(TransferError);
+  });
+
+  it("download: a missing source copies nothing; a file lands in hostDir under its name", async () => {
+    const dest = join(host, "nothing");
+    await sandbox.download("/no/such/dir", dest);
+    await expect(readdir(dest)).rejects.toMatchObject({ code: "ENOENT" });
+    const single = join(host, "single");
+    await sandbox.download("/tmp/w/hello.txt", single);
+    expect(await readdir(single)).toEqual(["hello.txt"]);
+    expect(await readFile(join(single, "hello.txt"), "utf8")).toBe("hello");
+  });
+});
