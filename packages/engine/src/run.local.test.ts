@@ -120,13 +120,14 @@ describe("engine on the local runtime", () => {
 
   test("an agent timeout kills its background job, and the verifier still runs", async () => {
     const agentDir = await writeAgent(root.path, "lingerer", LINGERER);
-    const handle = run({ tasks: adversarial.filter((t) => t.id === "late-worker"), agent: { kind: "code", dir: agentDir } });
-    await handle.done;
-    const [result] = await readResultsFile(handle.runDir);
-    expect(result).toMatchObject({ status: "failed", reward: 0, agent: { timedOut: true, exitCode: null } });
+    const task = adversarial.filter((t) => t.id === "late-worker");
+    const lingering = run({ tasks: task, agent: { kind: "code", dir: agentDir } });
     // The oracle, which does the work in time, passes the same task.
-    const oracle = await run({ tasks: adversarial.filter((t) => t.id === "late-worker"), agent: { kind: "oracle" } }).done;
-    expect(oracle.trials.passed).toBe(1);
+    const oracle = run({ tasks: task, agent: { kind: "oracle" } });
+    await Promise.all([lingering.done, oracle.done]);
+    const [result] = await readResultsFile(lingering.runDir);
+    expect(result).toMatchObject({ status: "failed", reward: 0, agent: { timedOut: true, exitCode: null } });
+    expect((await oracle.done).trials.passed).toBe(1);
   });
 
   test("abort mid-run, then resume: finished trials are not run again", async () => {

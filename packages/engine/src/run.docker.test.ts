@@ -1,0 +1,119 @@
+import { execFileSync } from "node:child_process";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { DockerRuntime, dockerTestGate } from "@proctor/sandbox-docker";
+import type { TaskSpec } from "@proctor/schema";
+import { loadTasks } from "@proctor/tasks";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { startRun, type RunOptions } from "./run";
+import {
+  ADVERSARIAL_TASKS, CHEATER, ESCAPER, EXAMPLES_DIR, LINGERER, byTask, readResultsFile, tempDir, writeAgent, writeTasks,
+} from "./testing/fixtures";
+
+const IMAGE = "proctor/base:bookworm";
+const haveDocker = await dockerTestGate();
+
+function containersOf(runId: string): string[] {
+  const out = execFileSync("docker", ["ps", "-aq", "--filter", `label=proctor.run=${runId}`], { encoding: "utf8" }).trim();
+  return out === "" ? [] : out.split("\n");
+}
+
+describe.skipIf(!haveDocker)("engine on Docker", () => {
+  let root: { path: string; cleanup: () => Promise<void> };
+  let runtime: DockerRuntime;
+  let examples: TaskSpec[];
+  let adversarial: TaskSpec[];
+  const runIds: string[] = [];
+
+  async function load(dir: string): Promise<TaskSpec[]> {
+    const loaded = await loadTasks([dir]);
+    expect(loaded.errors.map((e) => e.message)).toEqual([]);
+    return loaded.tasks;
+  }
+
+  function run(name: string, options: Partial<RunOptions> & Pick<RunOptions, "tasks" | "agent">) {
+    const runId = `engine-test-${name}-${process.pid}`;
+    runIds.push(runId);
+    return startRun({ runId, runDir: join(root.path, "runs", runId), runtime, concurrency: 4, attempts: 1, defaultImage: IMAGE, ...options });
+  }
+
+  beforeAll(async () => {
+    root = await tempDir("proctor-engine-docker-");
+    runtime = new DockerRuntime();
+    examples = await load(join(EXAMPLES_DIR, "tasks"));
+    adversarial = await load(await writeTasks(join(root.path, "adversarial"), ADVERSARIAL_TASKS));
+  });
+  afterAll(async () => {
+    for (const id of runIds) {
+      const left = containersOf(id);
+      if (left.length > 0) execFileSync("docker", ["rm", "-f", ...left]);
+    }
+    await root.cleanup();
+  });
+
+  test("the oracle passes every example task and nop fails every one", async () => {
+    const oracle = await run("oracle", { tasks: examples, agent: { kind: "oracle" } }).done;
+    expect(oracle).toMatchObject({ status: "completed", trials: { total: 4, passed: 4, failed: 0, errored: 0 } });
+    const nop = await run("nop", { tasks: examples, agent: { kind: "nop" } }).done;
+    expect(nop).toMatchObject({ status: "completed", trials: { total: 4, passed: 0, failed: 4, errored: 0 } });
+    expect(containersOf(`engine-test-oracle-${process.pid}`)).toEqual([]);
+  });
+
+  test("adversarial agents: planted rewards, hidden /tests and /solution, leftover background jobs", async () => {
+    const cheater = await writeAgent(root.path, "cheater", CHEATER);
+    const lingerer = await writeAgent(root.path, "lingerer", LINGERER);
+    const escaper = await writeAgent(root.path, "escaper", ESCAPER);
+    const pick = (...ids: string[]) => adversarial.filter((t) => ids.includes(t.id));
+    const [cheat, linger, escape, echo] = [
+      run("cheater", { tasks: pick("needs-work", "silent-verifier"), agent: { kind: "code", dir: cheater } }),
+      run("lingerer", { tasks: pick("late-worker"), agent: { kind: "code", dir: lingerer } }),
+      run("escaper", { tasks: pick("late-worker"), agent: { kind: "code", dir: escaper } }),
+      run("echo", { tasks: pick("echo-check"), agent: { kind: "code", dir: join(EXAMPLES_DIR, "agents", "echo-agent") } }),
+    ];
+    await Promise.all([cheat.done, linger.done, escape.done, echo.done]);
+
+    const cheated = byTask(await readResultsFile(cheat.runDir));
+    expect(cheated["needs-work"]).toMatchObject({ status: "failed", reward: 0 });
+    expect(cheated["silent-verifier"]).toMatchObject({ status: "error", reward: null, error: { kind: "verifier" } });
+    expect(await readFile(join(cheat.runDir, "trials", "needs-work__1", "agent", "seen.txt"), "utf8")).toBe("tests=absent\nsolution=absent\n");
+
+    for (const handle of [linger, escape]) {
+      const [result] = await readResultsFile(handle.runDir);
+      expect(result, handle.runId).toMatchObject({ status: "failed", reward: 0, agent: { timedOut: true } });
+    }
+
+    const [echoed] = await readResultsFile(echo.runDir);
+    expect(echoed).toMatchObject({ status: "passed", reward: 1 });
+    expect(await readFile(join(echo.runDir, "trials", "echo-check__1", "agent", "stdout.txt"), "utf8")).toContain("file matches env: yes");
+  });
+
+  test("abort mid-run removes every container; resume finishes without rerunning finished trials", async () => {
+    const slow: Record<string, (typeof ADVERSARIAL_TASKS)[string]> = {};
+    for (let i = 1; i <= 5; i++) {
+      slow[`slow-${i}`] = {
+        instruction: "wait",
+        test: 'mkdir -p /logs/verifier; [ -f /app/ok ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt',
+        solve: `sleep ${i === 1 ? 0 : 8}; touch /app/ok`,
+      };
+    }
+    const tasks = await load(await writeTasks(join(root.path, "slow"), slow));
+    const controller = new AbortController();
+    const first = run("abort", { tasks, agent: { kind: "oracle" }, signal: controller.signal });
+    first.bus.subscribe((e) => {
+      if (e.type === "trial_finished") controller.abort(new Error("test abort"));
+    });
+    const interrupted = await first.done;
+    expect(interrupted.status).toBe("interrupted");
+    expect(containersOf(first.runId)).toEqual([]);
+    const before = await readResultsFile(first.runDir);
+    expect(before.map((r) => r.trialId)).toEqual(["slow-1__1"]);
+
+    const second = run("abort", { tasks, agent: { kind: "oracle" }, resume: true });
+    const started: string[] = [];
+    second.bus.subscribe((e) => void (e.type === "trial_started" && started.push(e.trialId)));
+    const done = await second.done;
+    expect(done).toMatchObject({ status: "completed", trials: { total: 5, passed: 5 } });
+    expect(started.sort()).toEqual(["slow-2__1", "slow-3__1", "slow-4__1", "slow-5__1"]);
+    expect(containersOf(first.runId)).toEqual([]);
+  }, 120_000);
+});
