@@ -14,11 +14,14 @@ export default [
           allow: [],
           depConstraints: [
             { sourceTag: "type:lib", onlyDependOnLibsWithTags: ["type:lib"] },
-            { sourceTag: "type:app", onlyDependOnLibsWithTags: ["type:lib"] },
+            // The CLI's `serve` and `submit` commands reuse the server app's exported entry points; no lib imports an app.
+            { sourceTag: "scope:app", onlyDependOnLibsWithTags: ["type:lib", "scope:server-app"] },
+            { sourceTag: "scope:server-app", onlyDependOnLibsWithTags: ["type:lib"] },
             { sourceTag: "scope:schema", onlyDependOnLibsWithTags: [] },
             { sourceTag: "scope:lib", onlyDependOnLibsWithTags: ["scope:schema", "scope:lib"] },
             { sourceTag: "scope:engine", onlyDependOnLibsWithTags: ["scope:schema", "scope:lib"] },
-            { sourceTag: "scope:app", onlyDependOnLibsWithTags: ["scope:schema", "scope:lib", "scope:engine"] },
+            { sourceTag: "scope:app", onlyDependOnLibsWithTags: ["scope:schema", "scope:lib", "scope:engine", "scope:server-app"] },
+            { sourceTag: "scope:server-app", onlyDependOnLibsWithTags: ["scope:schema", "scope:lib", "scope:engine"] },
           ],
         },
       ],

@@ -1,1 +1,4 @@
-export {};
+export { main, buildProgram, VERSION } from "./program";
+export { runCommand } from "./commands/run";
+export type { RunCommandOptions } from "./commands/run";
+export { CliError, UsageError, RuntimeMissingError } from "./errors";

@@ -1,2 +1,4 @@
 #!/usr/bin/env node
-process.stdout.write("proctor 0.1.0\n");
+import { main } from "./program";
+
+process.exitCode = await main(process.argv.slice(2));

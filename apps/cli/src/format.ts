@@ -1,0 +1,51 @@
+import type { RunSummary, GroupSummary } from "@proctor/schema";
+
+export function formatDuration(ms: number): string {
+  if (!Number.isFinite(ms) || ms < 0) return "-";
+  const s = Math.round(ms / 1000);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m${String(s % 60).padStart(2, "0")}s`;
+  return `${Math.floor(m / 60)}h${String(m % 60).padStart(2, "0")}m`;
+}
+
+export function percent(value: number | null): string {
+  return value === null ? "-" : `${(value * 100).toFixed(1)}%`;
+}
+
+/** A plain text table: left-aligned first column, right-aligned numbers. */
+export function renderTable(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: string[]) =>
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
+  const rule = widths.map((w) => "-".repeat(w)).join("  ");
+  return [line(header), rule, ...rows.map(line)].join("\n");
+}
+
+function groupRow(name: string, g: GroupSummary): string[] {
+  return [name, String(g.total), String(g.passed), String(g.failed), String(g.errored), percent(g.passRate), g.meanReward === null ? "-" : g.meanReward.toFixed(3)];
+}
+
+/** The end-of-run report: per-category table, totals, and what every rate is out of. */
+export function renderSummary(summary: RunSummary): string {
+  const header = ["category", "trials", "passed", "failed", "errored", "pass rate", "mean reward"];
+  const rows = Object.entries(summary.byCategory)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([name, g]) => groupRow(name, g));
+  const t = summary.trials;
+  rows.push(groupRow("all", { total: t.total, passed: t.passed, failed: t.failed, errored: t.errored, passRate: summary.passRate, meanReward: summary.meanReward }));
+  const lines = [renderTable(header, rows), ""];
+  const r = summary.rates;
+  lines.push(`pass rate      ${percent(r.passRate.value)} (${r.passRate.numerator}/${r.passRate.denominator} ${r.passRate.of})`);
+  lines.push(`scored only    ${percent(r.passRateScored.value)} (${r.passRateScored.numerator}/${r.passRateScored.denominator} ${r.passRateScored.of})`);
+  const se = summary.meanRewardStdErr === null ? "" : ` ± ${summary.meanRewardStdErr.toFixed(3)} standard error over tasks,`;
+  lines.push(`mean reward    ${r.meanReward.value === null ? "-" : r.meanReward.value.toFixed(3)} (${se.trimStart()} ${r.meanReward.denominator} ${r.meanReward.of})`.replace("( ", "("));
+  if (summary.passAtK) {
+    lines.push(`pass@k         ${Object.entries(summary.passAtK).map(([k, v]) => `pass@${k} ${percent(v)}`).join("  ")}`);
+  }
+  const errors = Object.entries(summary.errorsByKind).filter(([, n]) => n > 0);
+  if (errors.length > 0) lines.push(`errors         ${errors.map(([k, n]) => `${k} ${n}`).join(", ")}`);
+  if (t.total < t.planned) lines.push(`unfinished     ${t.planned - t.total} of ${t.planned} planned trials`);
+  lines.push(`status         ${summary.status} in ${formatDuration(summary.durationMs)}`);
+  return lines.join("\n");
+}

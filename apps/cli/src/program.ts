@@ -1,0 +1,130 @@
+import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
+import { runCommand } from "./commands/run";
+import { validateCommand } from "./commands/validate";
+import { gcCommand } from "./commands/gc";
+import { reportCommand } from "./commands/report";
+import { ConfigMismatchError, RunDirectoryError } from "@proctor/engine";
+import { AgentConfigError } from "@proctor/agents";
+import { RuntimeUnavailableError } from "@proctor/sandbox";
+import { CliError } from "./errors";
+import { stderrLogger } from "./logger";
+
+export const VERSION = "0.1.0";
+
+const collect = (value: string, previous: string[]) => [...previous, value];
+const positiveInt = (flag: string) => (value: string) => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`${flag} must be a whole number >= 1, got "${value}"`);
+  return n;
+};
+const positiveNumber = (flag: string) => (value: string) => {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${flag} must be a positive number, got "${value}"`);
+  return n;
+};
+
+/** The command table: parse flags, call the command's function, keep its exit code. */
+export function buildProgram(setExitCode: (code: number) => void): Command {
+  const logger = stderrLogger();
+  const program = new Command("proctor")
+    .description("Run AI agents on benchmark tasks in sandboxes, verify every attempt with the task's tests, report pass rates.")
+    .version(VERSION)
+    .exitOverride()
+    .configureOutput({ writeErr: (s) => process.stderr.write(s) });
+
+  program
+    .command("run")
+    .description("run an agent on tasks: a task dir, a dir of task dirs, or an archive (.zip/.tar.gz)")
+    .argument("[source...]", "task sources (optional with --resume)")
+    .option("-a, --agent <agent>", "oracle | nop | <agent-dir> (default: the archive's agent_code, else oracle)")
+    .addOption(new Option("--runtime <runtime>", "sandbox runtime").choices(["auto", "docker", "local"]).default("auto"))
+    .option("-n, --concurrency <n>", "trials at once", positiveInt("--concurrency"), 4)
+    .option("-k, --attempts <k>", "attempts per task", positiveInt("--attempts"), 1)
+    .option("-i, --include <glob>", "only task ids matching (repeatable)", collect, [])
+    .option("-x, --exclude <glob>", "skip task ids matching (repeatable)", collect, [])
+    .option("--tasks-file <file>", "only the task ids listed in FILE (one per line, # comments)")
+    .option("-o, --out <dir>", "runs root directory", "runs")
+    .option("--run-id <id>", "run id (default: timestamp + random)")
+    .option("--resume <run-dir>", "continue a run: skip finished trials, refuse a changed config")
+    .option("--timeout-multiplier <x>", "scale every task timeout", positiveNumber("--timeout-multiplier"), 1)
+    .option("--default-image <image>", "image for tasks that name none (default on Docker: proctor/base:bookworm)")
+    .option("--json", "print summary.json on stdout", false)
+    .action(async (sources: string[], o) => {
+      setExitCode(
+        await runCommand({
+          sources,
+          agent: o.agent,
+          runtime: o.runtime,
+          concurrency: o.concurrency,
+          attempts: o.attempts,
+          include: o.include,
+          exclude: o.exclude,
+          tasksFile: o.tasksFile,
+          out: o.out,
+          runId: o.runId,
+          resume: o.resume,
+          timeoutMultiplier: o.timeoutMultiplier,
+          defaultImage: o.defaultImage,
+          json: o.json,
+          logger,
+        }),
+      );
+    });
+
+  program
+    .command("report")
+    .description("print a finished (or running) run's table again")
+    .argument("<run-dir>")
+    .option("--json", "print summary.json", false)
+    .action(async (runDir: string, o) => setExitCode(await reportCommand({ runDir, json: o.json })));
+
+  const tasks = program.command("tasks").description("work with task directories");
+  tasks
+    .command("validate")
+    .description("check that the oracle scores 1 and nop scores 0 on every task")
+    .argument("<path...>")
+    .addOption(new Option("--runtime <runtime>").choices(["auto", "docker", "local"]).default("auto"))
+    .option("-n, --concurrency <n>", "trials at once", positiveInt("--concurrency"), 4)
+    .option("--default-image <image>", "image for tasks that name none")
+    .option("--keep", "keep the validation run directories", false)
+    .action(async (paths: string[], o) =>
+      setExitCode(await validateCommand({ paths, runtime: o.runtime, concurrency: o.concurrency, defaultImage: o.defaultImage, keep: o.keep, logger })),
+    );
+
+  program
+    .command("gc")
+    .description("remove containers and sandbox roots left behind by dead runs")
+    .action(async () => setExitCode(await gcCommand({ logger })));
+
+  return program;
+}
+
+/** Run the CLI; returns the process exit code (one place maps errors to codes). */
+export async function main(argv: string[]): Promise<number> {
+  let code = 0;
+  const program = buildProgram((c) => (code = c));
+  try {
+    await program.parseAsync(argv, { from: "user" });
+    return code;
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      // --help and --version exit 0; everything else commander rejects is bad usage.
+      return error.exitCode === 0 ? 0 : 2;
+    }
+    if (error instanceof CliError) {
+      process.stderr.write(`proctor: ${error.message}\n`);
+      return error.exitCode;
+    }
+    // Errors the engine raises before any trial starts: the user's input, or the runtime.
+    if (error instanceof ConfigMismatchError || error instanceof RunDirectoryError || error instanceof AgentConfigError) {
+      process.stderr.write(`proctor: ${error.message}\n`);
+      return 2;
+    }
+    if (error instanceof RuntimeUnavailableError) {
+      process.stderr.write(`proctor: ${error.message}\n`);
+      return 3;
+    }
+    process.stderr.write(`proctor: unexpected error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    return 1;
+  }
+}

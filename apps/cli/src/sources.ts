@@ -1,0 +1,60 @@
+import { mkdir, open, stat } from "node:fs/promises";
+import { basename, join } from "node:path";
+import type { Logger } from "@proctor/schema";
+import { extractArchive } from "@proctor/archive";
+import { isTermExecutorRoot, loadTermExecutorArchive } from "@proctor/tasks";
+import { UsageError } from "./errors";
+
+export interface PreparedSources {
+  /** Task dirs, dirs of tasks, or term-executor roots for loadTasks. */
+  taskSources: string[];
+  /** agent_code/ from an archive, used when --agent is not given. */
+  agentDir: string | null;
+}
+
+async function looksLikeArchive(path: string): Promise<boolean> {
+  const handle = await open(path, "r");
+  try {
+    const { buffer, bytesRead } = await handle.read(Buffer.alloc(262), 0, 262, 0);
+    const head = buffer.subarray(0, bytesRead);
+    const gzip = head[0] === 0x1f && head[1] === 0x8b;
+    const zip = head[0] === 0x50 && head[1] === 0x4b;
+    const tar = head.subarray(257, 262).toString("latin1") === "ustar";
+    return gzip || zip || tar;
+  } finally {
+    await handle.close();
+  }
+}
+
+/** agent_code/ of a term-executor root (at the root or one directory down), if any. */
+async function archiveAgentDir(dir: string): Promise<string | null> {
+  if (!(await isTermExecutorRoot(dir))) return null;
+  return (await loadTermExecutorArchive(dir)).agentDir;
+}
+
+/** Archives are extracted under the run directory (input/<n>-<name>) so the run keeps what it ran. */
+export async function prepareSources(sources: string[], inputDir: string, logger: Logger): Promise<PreparedSources> {
+  const taskSources: string[] = [];
+  let agentDir: string | null = null;
+  for (const [index, source] of sources.entries()) {
+    const info = await stat(source).catch(() => null);
+    if (!info) throw new UsageError(`${source}: no such file or directory`);
+    if (info.isDirectory()) {
+      taskSources.push(source);
+      agentDir ??= await archiveAgentDir(source);
+      continue;
+    }
+    if (source.endsWith(".jsonl")) throw new UsageError(`${source}: dataset files (.jsonl) are not supported yet; give a task directory or an archive`);
+    if (!(await looksLikeArchive(source))) throw new UsageError(`${source}: not a directory, and not a .zip, .tar or .tar.gz archive`);
+    const dest = join(inputDir, `${index}-${basename(source).replace(/[^A-Za-z0-9._-]/g, "_")}`);
+    await mkdir(inputDir, { recursive: true });
+    const extracted = await extractArchive(source, dest, undefined, { logger }).catch((error: unknown) => {
+      throw new UsageError(`${source}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    });
+    logger.info("extracted archive", { source, dest, entries: extracted.entries });
+    if (!(await isTermExecutorRoot(dest))) throw new UsageError(`${source}: the archive holds no tasks/ or agent_code/ directory (at its root or one directory down)`);
+    taskSources.push(dest);
+    agentDir ??= await archiveAgentDir(dest);
+  }
+  return { taskSources, agentDir };
+}
