@@ -72,7 +72,8 @@ export class LimitExceededError extends ArchiveError {
   readonly limitValue: number;
   readonly actual: number;
   constructor(limit: LimitName, limitValue: number, actual: number, message: string, options: ArchiveErrorOptions = {}) {
-    super("LIMIT_EXCEEDED", `${message} (limit ${limit} = ${limitValue}, got ${actual}); make the archive smaller or raise the limit`, options);
+    const where = options.entry === undefined ? "" : `archive entry "${printable(options.entry)}": `;
+    super("LIMIT_EXCEEDED", `${where}${message} (limit ${limit} = ${limitValue}, got ${actual}); make the archive smaller or raise the limit`, options);
     this.name = "LimitExceededError";
     this.limit = limit;
     this.limitValue = limitValue;

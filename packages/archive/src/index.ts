@@ -12,3 +12,7 @@ export {
   ArchiveAbortedError,
 } from "./errors";
 export type { ArchiveErrorCode, ArchiveErrorOptions, ArchiveFormat, LimitName } from "./errors";
+export { extractArchive } from "./extract";
+export type { ExtractOptions, ExtractResult } from "./extract";
+export { DEFAULT_LIMITS } from "./limits";
+export type { ExtractLimits } from "./limits";
