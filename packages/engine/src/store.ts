@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, open, rename, rm, writeFile } from "node:fs/promises";
+import { mkdir, rename, rm, writeFile } from "node:fs/promises";
 import { dirname } from "node:path";
 
 /** Write JSON so a reader sees the old file or the new one, never half of one. */
@@ -12,17 +12,6 @@ export async function writeJsonAtomic(path: string, value: unknown): Promise<voi
   } catch (error) {
     await rm(temp, { force: true });
     throw error;
-  }
-}
-
-/** Append one JSON line and fsync it before returning, so a crash keeps every finished line. */
-export async function appendJsonLine(path: string, value: unknown): Promise<void> {
-  const handle = await open(path, "a");
-  try {
-    await handle.writeFile(`${JSON.stringify(value)}\n`);
-    await handle.sync();
-  } finally {
-    await handle.close();
   }
 }
 

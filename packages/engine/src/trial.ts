@@ -207,11 +207,20 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
   try {
     const env_ = task.environment;
     const wanted = env_.dockerImage ?? (env_.buildContext ? null : env.defaultImage);
+    // The runtime bounds a build by buildTimeoutMs; this bound also covers a hung daemon call.
+    const imageBound = AbortSignal.timeout(buildMs + HOUSEKEEPING_MS);
     const image = await phase(
       "environment",
-      () => env.runtime.resolveImage({ image: wanted, buildContext: env_.buildContext, buildTimeoutMs: buildMs, signal, onProgress: (line) => env.logger.debug(line, { trialId }) }),
+      () => env.runtime.resolveImage({ image: wanted, buildContext: env_.buildContext, buildTimeoutMs: buildMs, signal: AbortSignal.any([signal, imageBound]), onProgress: (line) => env.logger.debug(line, { trialId }) }),
       wanted ?? env_.buildContext ?? undefined,
-    );
+      AbortSignal.any([signal, imageBound]),
+    ).catch((error: unknown) => {
+      if (imageBound.aborted && !signal.aborted) {
+        throw new ImageError(`resolving the image did not finish within ${Math.round((buildMs + HOUSEKEEPING_MS) / 1000)} s`, wanted, { cause: error });
+      }
+      throw error;
+    });
+    const startBound = AbortSignal.timeout(SANDBOX_START_MS);
     pendingCreate = env.runtime.create({
       image,
       ...(env_.cpus !== null ? { cpus: env_.cpus } : {}),
@@ -220,9 +229,14 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
       env: env_.env,
       ...(env_.workdir !== null ? { workdir: env_.workdir } : {}),
       labels: { "proctor.run": env.runId, "proctor.trial": trialId },
-      signal,
+      signal: AbortSignal.any([signal, startBound]),
     });
-    sandbox = await phase("sandbox", () => pendingCreate as Promise<Sandbox>, image);
+    sandbox = await phase("sandbox", () => pendingCreate as Promise<Sandbox>, image, AbortSignal.any([signal, startBound])).catch((error: unknown) => {
+      if (startBound.aborted && !signal.aborted) {
+        throw new SandboxStartError(`the sandbox did not start within ${SANDBOX_START_MS / 1000} s`, { cause: error });
+      }
+      throw error;
+    });
     await runInSandbox(task, trialId, trialDir, sandbox, env, signal, phase, state, { installMs, agentMs, verifierMs });
     return state;
   } catch (error) {
