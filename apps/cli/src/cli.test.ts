@@ -142,7 +142,7 @@ describe.skipIf(!docker)("proctor run on Docker", () => {
     // Slow tasks so the interrupt lands mid-run: each sleeps before solving.
     const tasks = join(out, "slow-tasks");
     for (const id of ["slow-a", "slow-b", "slow-c", "slow-d"]) {
-      await cp(join(examples, exampleIds[0]!), join(tasks, id), { recursive: true });
+      await cp(join(examples, exampleIds[0] ?? "missing"), join(tasks, id), { recursive: true });
       const solve = join(tasks, id, "solution/solve.sh");
       await writeFile(solve, `sleep 2\n${await readFile(solve, "utf8")}`);
     }

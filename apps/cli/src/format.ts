@@ -17,7 +17,7 @@ export function percent(value: number | null): string {
 export function renderTable(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
   const line = (cells: string[]) =>
-    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join("  ");
   const rule = widths.map((w) => "-".repeat(w)).join("  ");
   return [line(header), rule, ...rows.map(line)].join("\n");
 }

@@ -7,4 +7,5 @@ export interface Logger {
 }
 
 /** The default for libraries when the caller passes no logger. */
-export const silentLogger: Logger = { debug() {}, info() {}, warn() {}, error() {} };
+const ignore = (): void => undefined;
+export const silentLogger: Logger = { debug: ignore, info: ignore, warn: ignore, error: ignore };
