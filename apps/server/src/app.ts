@@ -94,6 +94,10 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
     if (request.proctorAuth === null) return;
     request.proctorIdentity = ctx.auth.verifyBody(request.proctorAuth, request.staged?.sha256 ?? request.bodySha256 ?? EMPTY_SHA256).identity;
   });
+  // The staged upload is never kept past the response (it was extracted, or refused).
+  app.addHook("onSend", async (request) => {
+    if (request.staged) await rm(request.staged.path, { force: true });
+  });
   app.addHook("onResponse", async (request) => {
     if (request.staged) await rm(request.staged.path, { force: true });
   });

@@ -62,7 +62,7 @@ export class RequestAuthenticator {
       this.tokens = config.tokens === undefined ? loadTokens({ env }) : TokenVerifier.from(config.tokens, { source: "tokens option" });
     }
     if (config.mode === "hotkey-header-insecure") {
-      this.legacy = createInsecureLegacyHotkeyAuth({ allowlist: this.allowlist!, logger: config.logger, acknowledgeInsecure: true });
+      this.legacy = createInsecureLegacyHotkeyAuth({ allowlist: this.requireAllowlist(), logger: config.logger, acknowledgeInsecure: true });
     }
   }
 
@@ -81,19 +81,26 @@ export class RequestAuthenticator {
       case "none":
         return { identity: null, epistula: null };
       case "token":
-        return { identity: `token:${this.tokens!.verifyHeaders(headers).tokenId}`, epistula: null };
+        if (this.tokens === null) throw new Error("token auth without tokens");
+        return { identity: `token:${this.tokens.verifyHeaders(headers).tokenId}`, epistula: null };
       case "hotkey-header-insecure":
-        return { identity: this.legacy!(headers).hotkey, epistula: null };
+        if (this.legacy === null) throw new Error("hotkey-header-insecure auth without an allowlist");
+        return { identity: this.legacy(headers).hotkey, epistula: null };
       case "epistula": {
         const checked = checkHeaders({
           headers,
-          allowlist: this.allowlist!,
+          allowlist: this.requireAllowlist(),
           maxSkewMs: this.config.maxSkewMs,
           expectedSignedFor: this.config.signedFor,
         });
         return { identity: checked.hotkey, epistula: checked };
       }
     }
+  }
+
+  private requireAllowlist(): Allowlist {
+    if (this.allowlist === null) throw new Error(`auth mode ${this.config.mode} without an allowlist`);
+    return this.allowlist;
   }
 
   /** The signature over sha256(body) (epistula only), then the replay check. */

@@ -417,7 +417,8 @@ export class BatchManager {
     }
   }
 
-  private checkLoaded(loaded: TermExecutorArchive, uploadDir: string): void {
+  /** Refuse an archive whose tasks do not load or that has no usable agent_code/; returns the agent directory. */
+  private checkLoaded(loaded: TermExecutorArchive, uploadDir: string): string {
     if (loaded.errors.length > 0) {
       // Name files inside the archive, not where the server keeps it.
       const inArchive = (message: string) => message.split(`${uploadDir}/`).join("").split(relative(process.cwd(), uploadDir) + "/").join("");
@@ -432,6 +433,7 @@ export class BatchManager {
       if (!(error instanceof AgentConfigError)) throw error;
       throw new InvalidArchiveError(`agent_code/: ${error.message.split(`${uploadDir}/`).join("")}`, { cause: error });
     }
+    return loaded.agentDir;
   }
 
   private load(uploadDir: string): Promise<TermExecutorArchive> {
@@ -477,7 +479,8 @@ export class BatchManager {
 
   private pump(): void {
     while (!this.closing && this.active.size < this.options.maxActiveBatches && this.queue.length > 0) {
-      const batch = this.queue.shift()!;
+      const batch = this.queue.shift();
+      if (!batch) break;
       this.active.add(batch);
       batch.done = this.run(batch).catch((error: unknown) => {
         this.options.logger.error("batch bookkeeping failed", { batchId: batch.id, error: String(error) });
@@ -497,13 +500,13 @@ export class BatchManager {
     try {
       const uploadDir = join(batch.dir, BATCH_FILES.upload);
       const loaded = await this.load(uploadDir);
-      this.checkLoaded(loaded, uploadDir);
+      const agentDir = this.checkLoaded(loaded, uploadDir);
       const resume = await exists(join(batch.dir, BATCH_FILES.runConfig));
       const handle = startRun({
         runId: batch.id,
         runDir: batch.dir,
         tasks: loaded.tasks,
-        agent: { kind: "code", dir: loaded.agentDir! },
+        agent: { kind: "code", dir: agentDir },
         runtime: this.options.runtime,
         concurrency: batch.record.concurrentTasks,
         attempts: 1,
@@ -526,7 +529,8 @@ export class BatchManager {
           if (event.type === "run_finished") runFinished = event;
           this.onEngineEvent(batch, event);
         },
-        { since: 0 },
+        // Everything this run emits (startRun emits nothing before returning; a resumed run's bus starts at the old last seq).
+        { since: handle.bus.lastSeq },
       );
       const summary = await handle.done;
       let status: BatchStatus | null;

@@ -119,6 +119,9 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   // Uploads that were being received when a previous process died.
   await rm(stagingDir(dataDir), { recursive: true, force: true });
   await mkdir(stagingDir(dataDir), { recursive: true });
+  // Sandboxes a previous process left when it died (kill -9, OOM); their batches resume below.
+  const reaped = await options.runtime.reap();
+  if (reaped > 0) logger.warn("removed sandboxes left by a previous server process", { reaped });
 
   const auth = new RequestAuthenticator({
     mode: config.auth,

@@ -23,7 +23,7 @@ export const EMPTY_SHA = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca49599
 export function memoryLogger(): Logger & { lines: string[] } {
   const lines: string[] = [];
   const log = (level: string) => (message: string, fields?: Record<string, unknown>) => lines.push(`${level} ${message} ${fields ? JSON.stringify(fields) : ""}`);
-  return { lines, debug: () => {}, info: log("info"), warn: log("warn"), error: log("error") };
+  return { lines, debug: log("debug"), info: log("info"), warn: log("warn"), error: log("error") };
 }
 
 export async function tempDir(prefix = "proctor-server-test-"): Promise<string> {

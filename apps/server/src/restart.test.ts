@@ -1,0 +1,130 @@
+import { spawn } from "node:child_process";
+import { readFile, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { afterAll, beforeAll, expect, test } from "vitest";
+import { uploadArchive } from "./client";
+import { ALICE, call, collectWs, makeArchive, makeGitRepo, startTestServer, tempDir, waitForStatus } from "./test-support";
+
+let root: string;
+let fixture: { repo: string; commit: string };
+
+beforeAll(async () => {
+  root = await tempDir();
+  fixture = await makeGitRepo(root);
+});
+afterAll(async () => {
+  await rm(root, { recursive: true, force: true });
+});
+
+/** The server in a child process, so the test can kill -9 it. */
+async function spawnServer(dataDir: string): Promise<{ url: string; kill(): Promise<void> }> {
+  const here = fileURLToPath(new URL(".", import.meta.url));
+  const child = spawn(process.execPath, ["--conditions=@proctor/source", "--import", "tsx", join(here, "test-child.ts"), dataDir], {
+    cwd: join(here, ".."),
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const line = await new Promise<string>((resolve, reject) => {
+    const lines = createInterface({ input: child.stdout! });
+    lines.once("line", resolve);
+    child.once("exit", (code) => reject(new Error(`server child exited with ${code} before listening`)));
+  });
+  const { url } = JSON.parse(line) as { url: string };
+  return {
+    url,
+    kill: () =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
+        child.once("exit", () => resolve());
+        child.kill("SIGKILL");
+      }),
+  };
+}
+
+test("after a kill -9, finished batches are listed and an interrupted one resumes without rerunning finished tasks", async () => {
+  const dataDir = join(root, "data");
+  const log = join(root, "agent-runs.log");
+  const child = await spawnServer(dataDir);
+  let done: Awaited<ReturnType<typeof startTestServer>> | null = null;
+  try {
+    const quick = await makeArchive(root, { ...fixture, tasks: [{ id: "quick" }] });
+    const first = await uploadArchive({ server: child.url, archivePath: quick, keypair: ALICE });
+    await waitForStatus(child.url, first.batch_id, ["completed"]);
+
+    const slow = await makeArchive(root, {
+      ...fixture,
+      tasks: ["t1", "t2", "t3", "t4"].map((id) => ({ id })),
+      agentScript: `#!/bin/bash\necho "$PROCTOR_INSTRUCTION" >> ${log}\nsleep 0.6\necho ok > done.txt\n`,
+    });
+    const second = await uploadArchive({ server: child.url, archivePath: slow, keypair: ALICE, concurrentTasks: 1 });
+    const deadline = Date.now() + 30_000;
+    let before: { task_id: string; status: string }[] = [];
+    while (Date.now() < deadline) {
+      const tasks = await call(child.url, "GET", `/batch/${second.batch_id}/tasks`);
+      before = tasks.body.tasks;
+      if (before.filter((t) => t.status === "completed").length >= 2) break;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    await child.kill();
+    const finishedBefore = before.filter((t) => t.status === "completed").map((t) => t.task_id);
+    expect(finishedBefore.length).toBeGreaterThanOrEqual(2);
+    expect(finishedBefore.length).toBeLessThan(4);
+
+    done = await startTestServer(dataDir);
+    const listed = await call(done.url, "GET", "/batches");
+    expect(listed.body).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ batch_id: first.batch_id, status: "completed", passed_tasks: 1 }),
+        expect.objectContaining({ batch_id: second.batch_id }),
+      ]),
+    );
+    expect((await call(done.url, "GET", `/batch/${first.batch_id}/task/quick`)).body.test_results[0]).toMatchObject({ name: "check.sh", passed: true });
+
+    const final = await waitForStatus(done.url, second.batch_id, ["completed", "failed"]);
+    expect(final).toMatchObject({ status: "completed", total_tasks: 4, completed_tasks: 4, passed_tasks: 4 });
+
+    const runs = (await readFile(log, "utf8")).split("\n").filter((l) => l.trim() !== "");
+    for (const id of finishedBefore) expect(runs.filter((l) => l.includes(`for ${id}.`)), id).toHaveLength(1);
+    expect(runs.length, runs.join("\n")).toBeLessThanOrEqual(5);
+
+    // One ordered event stream across both runs.
+    const replay = collectWs(done.url, second.batch_id, { since: 0 });
+    await replay.closed;
+    const events = replay.messages.filter((m) => m.event !== "snapshot");
+    const seqs = events.map((e) => e.seq);
+    expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
+    expect(new Set(seqs).size).toBe(seqs.length);
+    expect(events.filter((e) => e.event === "batch_started")).toHaveLength(2);
+    expect(events.filter((e) => e.event === "batch_complete")).toHaveLength(1);
+    expect(events.filter((e) => e.event === "task_complete").map((e) => e.task_id).sort()).toEqual(["t1", "t2", "t3", "t4"]);
+  } finally {
+    await child.kill();
+    await done?.close();
+  }
+});
+
+test("close() interrupts a running batch, which resumes on the next start", async () => {
+  const dataDir = join(root, "graceful");
+  const first = await startTestServer(dataDir);
+  const archive = await makeArchive(root, {
+    ...fixture,
+    tasks: ["g1", "g2", "g3"].map((id) => ({ id })),
+    agentScript: "#!/bin/bash\nsleep 0.5\necho ok > done.txt\n",
+  });
+  const batch = await uploadArchive({ server: first.url, archivePath: archive, keypair: ALICE, concurrentTasks: 1 });
+  await waitForStatus(first.url, batch.batch_id, ["running"]);
+  const watcher = collectWs(first.url, batch.batch_id);
+  await watcher.opened;
+  await first.close();
+  expect((await watcher.closed).code).toBe(1001);
+  expect(watcher.messages.some((m) => m.event === "batch_complete")).toBe(false);
+
+  const second = await startTestServer(dataDir);
+  try {
+    const final = await waitForStatus(second.url, batch.batch_id, ["completed", "failed"]);
+    expect(final, JSON.stringify(final)).toMatchObject({ status: "completed", completed_tasks: 3, passed_tasks: 3 });
+  } finally {
+    await second.close();
+  }
+});
