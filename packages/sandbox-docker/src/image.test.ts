@@ -67,6 +67,16 @@ describe.skipIf(!run)("DockerRuntime.resolveImage", () => {
     expect(progress).toEqual([`using cached build ${first}`]);
   });
 
+  it("an image with a non-root USER gets log dirs its user can write, and execs run as that user", async () => {
+    const dir = await context(`FROM ${BUSYBOX}\nUSER 1000:1000\nENTRYPOINT ["/bin/false"]`);
+    const image = await runtime.resolveImage({ image: null, buildContext: dir, buildTimeoutMs: 60_000 });
+    builtTags.add(image);
+    await using sandbox = await runtime.create({ image, workdir: "/tmp/work", labels: tracked.labels });
+    const result = await sandbox.exec({ shell: "id -u; echo log > /logs/agent/out.txt && stat -c '%u' /logs/agent /logs/verifier" });
+    expect(result.stdout).toBe("1000\n1000\n0\n");
+    expect((await sandbox.exec(["id", "-u"], { user: "0" })).stdout).toBe("0\n");
+  });
+
   it("a failed build raises ImageError with the end of the build log", async () => {
     const dir = await context(`FROM ${BUSYBOX}\nRUN echo "the-marker-line" && exit 3`);
     const error = await runtime.resolveImage({ image: null, buildContext: dir, buildTimeoutMs: 60_000 }).catch((e: unknown) => e);

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
+import type { Duplex } from "node:stream";
 import Dockerode from "dockerode";
-import * as tar from "tar";
 import {
   ImageError,
   LABELS,
@@ -17,6 +17,7 @@ import {
 } from "@proctor/sandbox";
 import { silentLogger, type Logger } from "@proctor/schema";
 import { daemonMessage, statusCode } from "./docker-errors";
+import { FrameDemuxer } from "./frames";
 import { ImageResolver } from "./image";
 import { currentOwnerLabel, ownerIsGone, parseOwner } from "./owner";
 import { DockerSandbox } from "./sandbox";
@@ -36,8 +37,19 @@ export const DEFAULT_PIDS_LIMIT = 1024;
  * surface.
  */
 export const DROPPED_CAPABILITIES = ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP"] as const;
-/** PID 1's child: waits forever without needing `sleep infinity` (busybox lacks it). */
-const KEEP_ALIVE = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done";
+const READY = "proctor-sandbox-ready";
+const SETUP_FAILED = "proctor-sandbox-setup-failed";
+/** How long a started container may take to print READY before create() gives up. */
+const READY_TIMEOUT_MS = 60_000;
+/**
+ * The container's main command, run as root under docker-init with the image's USER as $1: create
+ * the log dirs (the agent's one owned by that user), say so on stdout (create() waits for that line
+ * on an attach stream, cheaper than a putArchive or an exec), then wait forever without needing
+ * `sleep infinity` (busybox lacks it).
+ */
+const ENTRYPOINT = `if mkdir -p ${SANDBOX_PATHS.agentLogs} ${SANDBOX_PATHS.verifierLogs} && { [ -z "$1" ] || chown "$1" ${SANDBOX_PATHS.agentLogs}; }
+then echo ${READY}; else echo ${SETUP_FAILED}; fi
+trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done`;
 
 /**
  * The Docker sandbox runtime: one container per sandbox, driven through the Engine API (never
@@ -104,6 +116,7 @@ export class DockerRuntime implements SandboxRuntime {
       }
       throw error;
     }
+    const imageUser = imageInfo.Config?.User ?? "";
     const workdir = options.workdir ?? (imageInfo.Config?.WorkingDir || SANDBOX_PATHS.workdir);
     const paths: Record<string, string> = { ...SANDBOX_PATHS, workdir };
     const env = [
@@ -130,7 +143,9 @@ export class DockerRuntime implements SandboxRuntime {
       container = await this.docker.createContainer({
         name: containerName(options.labels?.[LABELS.trial]),
         Image: options.image,
-        Entrypoint: ["/bin/sh", "-c", KEEP_ALIVE],
+        Entrypoint: ["/bin/sh", "-c", ENTRYPOINT, "proctor-init", imageUser],
+        // The main process runs as root; execs default to the image's USER (see DockerSandbox).
+        User: "0",
         Cmd: [],
         Env: env,
         WorkingDir: workdir,
@@ -142,13 +157,20 @@ export class DockerRuntime implements SandboxRuntime {
     } catch (error) {
       throw new SandboxStartError(`Creating a container from "${options.image}" failed: ${daemonMessage(error)}`, { cause: error });
     }
-    const sandbox = new DockerSandbox(container, workdir, this.logger);
+    const sandbox = new DockerSandbox(container, workdir, imageUser, this.logger);
     try {
       throwIfAborted(signal);
-      // The log dirs go in before start (one API call, no process), so the first exec finds them;
-      // Docker itself creates the workdir.
-      await container.putArchive(directoryTar(["logs/agent", "logs/verifier"]), { path: "/" });
-      await container.start();
+      // Docker creates the workdir; the entrypoint creates the log dirs and reports on stdout.
+      const output = (await container.attach({ stream: true, stdout: true, stderr: true })) as unknown as Duplex;
+      try {
+        const ready = waitForReady(output, READY_TIMEOUT_MS, signal);
+        // Awaited below; if start() fails first, start's error is the one reported.
+        ready.catch(() => undefined);
+        await container.start();
+        await ready;
+      } finally {
+        output.destroy();
+      }
       throwIfAborted(signal);
     } catch (error) {
       await sandbox.kill().catch((cleanup: unknown) => this.logger.warn("removing a container that failed to start failed", { id: container.id, error: daemonMessage(cleanup) }));
@@ -198,15 +220,37 @@ function containerName(trial: string | undefined): string {
   return `proctor-${base || "sandbox"}-${suffix}`;
 }
 
-/** A tar of empty directories (mode 0755, root-owned), for putArchive at "/". */
-function directoryTar(paths: readonly string[]): Buffer {
-  const mtime = new Date();
-  const blocks: Buffer[] = [];
-  for (const path of paths) {
-    const block = Buffer.alloc(512);
-    new tar.Header({ path: `${path}/`, mode: 0o755, size: 0, type: "Directory", mtime, uid: 0, gid: 0 }).encode(block, 0);
-    blocks.push(block);
-  }
-  blocks.push(Buffer.alloc(1024));
-  return Buffer.concat(blocks);
+/**
+ * Resolves when the entrypoint prints READY on the (multiplexed) attach stream; rejects when it
+ * reports a failed setup, stops first, takes longer than `timeoutMs`, or on abort.
+ */
+function waitForReady(stream: Duplex, timeoutMs: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let seen = "";
+    let done = false;
+    const finish = (error: Error | null) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+      stream.removeAllListeners("data");
+      if (error === null) resolve();
+      else reject(error);
+    };
+    const onAbort = () => finish(new SandboxStartError("Creating the sandbox was cancelled.", { cause: signal?.reason }));
+    const timer = setTimeout(() => finish(new SandboxStartError(`The container did not become ready within ${timeoutMs} ms. Output so far: ${seen.slice(-500)}`)), timeoutMs);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    const demux = new FrameDemuxer((_which, chunk) => {
+      if (seen.length < 64 * 1024) seen += chunk.toString();
+      if (seen.includes(`${SETUP_FAILED}\n`)) {
+        finish(new SandboxStartError(`Creating ${SANDBOX_PATHS.agentLogs} and ${SANDBOX_PATHS.verifierLogs} in the container failed: ${seen.replace(SETUP_FAILED, "").trim().slice(-500)}`));
+      } else if (seen.includes(`${READY}\n`)) {
+        finish(null);
+      }
+    });
+    stream.on("data", (chunk: Buffer) => demux.push(chunk));
+    stream.once("end", () => finish(new SandboxStartError(`The container stopped before it was ready (it needs /bin/sh and mkdir). Its output: ${seen.slice(-500) || "(none)"}`)));
+    stream.once("close", () => finish(new SandboxStartError("The container's output closed before it was ready.")));
+    stream.once("error", (error: Error) => finish(new SandboxStartError(`Reading the container's output failed: ${error.message}`, { cause: error })));
+  });
 }

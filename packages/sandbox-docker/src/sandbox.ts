@@ -37,6 +37,8 @@ export class DockerSandbox implements Sandbox {
   constructor(
     private readonly container: Dockerode.Container,
     readonly workdir: string,
+    /** The image's USER, the default for exec; "" means root. */
+    private readonly defaultUser: string,
     private readonly logger: Logger,
   ) {}
 
@@ -74,7 +76,7 @@ export class DockerSandbox implements Sandbox {
         Tty: false,
         Env: env,
         WorkingDir: options.cwd === undefined ? this.workdir : this.resolve(options.cwd),
-        User: options.user,
+        User: options.user ?? this.defaultUser,
       });
       stream = await exec.start({ hijack: true, stdin: hasStdin });
     } catch (error) {
