@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { Readable, type Writable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { createGunzip } from "node:zlib";
+import { createGunzip, type ZlibOptions } from "node:zlib";
 import { silentLogger, type Logger } from "@proctor/schema";
 import { ArchiveAbortedError, ArchiveError, CorruptArchiveError, DestinationNotEmptyError, LimitExceededError, UnknownFormatError, type ArchiveFormat } from "./errors";
 import { resolveLimits, type ExtractLimits } from "./limits";
@@ -13,6 +13,12 @@ import { CompressedCounter, RatioGuard, splitHead } from "./streams";
 import { createTarSink } from "./tar";
 import { TreeWriter } from "./writer";
 import { extractZipFile } from "./zip";
+
+/** Bytes each stage may run ahead of the next, so decompression overlaps with file writes. */
+const STAGE_BUFFER_BYTES = 1024 * 1024;
+
+// zlib hands these options to its Transform base too; the typings only list zlib's own.
+const gunzipOptions = { chunkSize: 128 * 1024, readableHighWaterMark: STAGE_BUFFER_BYTES } as ZlibOptions;
 
 export interface ExtractOptions {
   signal?: AbortSignal;
@@ -60,6 +66,8 @@ export async function extractArchive(
   } catch (error) {
     const mapped = mapError(error, options.signal);
     logger.warn("archive rejected", { source: label, destDir: root, error: mapped instanceof Error ? mapped.message : String(mapped) });
+    // Files still being closed in the background must be done before their directory goes.
+    await writer.settle().catch(() => undefined);
     await removeOutput(root, created);
     throw mapped;
   }
@@ -104,7 +112,7 @@ async function run(source: string | Readable, writer: TreeWriter, limits: Extrac
       return format;
     }
     const stages: (Readable | Writable | NodeJS.ReadWriteStream)[] = [rest];
-    if (format === "tar.gz") stages.push(createGunzip({ chunkSize: 128 * 1024 }), new RatioGuard(limits, () => counter.bytes));
+    if (format === "tar.gz") stages.push(createGunzip(gunzipOptions), new RatioGuard(limits, () => counter.bytes));
     stages.push(createTarSink(writer, format));
     await pipelineStages(stages, signal, format);
     return format;

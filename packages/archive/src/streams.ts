@@ -25,7 +25,7 @@ export class RatioGuard extends Transform {
     private readonly limits: ExtractLimits,
     private readonly compressedBytes: () => number,
   ) {
-    super({ highWaterMark: 256 * 1024 });
+    super({ highWaterMark: 1024 * 1024 });
   }
   override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
     this.bytes += chunk.length;

@@ -2,7 +2,7 @@ import { Writable } from "node:stream";
 import { Parser, type ReadEntry } from "tar";
 import { CorruptArchiveError, UnknownFormatError, UnsupportedEntryError, type ArchiveFormat } from "./errors";
 import { isTarHeader, SNIFF_BYTES } from "./sniff";
-import type { TreeWriter } from "./writer";
+import { SMALL_FILE_BYTES, type TreeWriter } from "./writer";
 
 /**
  * A writable that takes an uncompressed tar stream and writes its entries through `writer`, one
@@ -21,7 +21,7 @@ export function createTarSink(writer: TreeWriter, format: ArchiveFormat): Writab
   let currentEntry: ReadEntry | undefined;
 
   const sink = new Writable({
-    highWaterMark: 256 * 1024,
+    highWaterMark: 1024 * 1024,
     write(chunk: Buffer, _encoding, callback) {
       if (!checkedHead) {
         headBuffer.push(chunk);
@@ -124,7 +124,8 @@ export function createTarSink(writer: TreeWriter, format: ArchiveFormat): Writab
       case "OldFile":
       case "ContiguousFile":
         writer.checkFileSize(name, entry.size);
-        await writer.file(parts, meta, entry as AsyncIterable<Buffer>);
+        if (entry.size <= SMALL_FILE_BYTES) await writer.smallFile(parts, meta, await collect(entry));
+        else await writer.file(parts, meta, entry as AsyncIterable<Buffer>, entry.size);
         return;
       case "Directory":
         await writer.directory(parts, meta);
@@ -148,4 +149,14 @@ export function createTarSink(writer: TreeWriter, format: ArchiveFormat): Writab
   }
 
   return sink;
+}
+
+/** All of a (small) entry's data; cheaper than async iteration for the many-small-files case. */
+function collect(entry: ReadEntry): Promise<Buffer[]> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    entry.on("data", (chunk: Buffer) => chunks.push(chunk));
+    entry.once("end", () => resolve(chunks));
+    entry.once("error", reject);
+  });
 }

@@ -1,4 +1,4 @@
-import { constants } from "node:fs";
+import { closeSync, constants, fchmodSync, futimesSync, lstatSync, openSync, unlinkSync, writevSync } from "node:fs";
 import { chmod, link, lstat, mkdir, open, readlink, symlink, unlink, type FileHandle } from "node:fs/promises";
 import { join } from "node:path";
 import { CorruptArchiveError, LimitExceededError, LinkEscapeError, UnsafePathError } from "./errors";
@@ -8,6 +8,10 @@ import { checkSymlinkTarget, entryParts } from "./paths";
 /** Permission bits kept from archives: set-uid and set-gid are dropped, the sticky bit is kept. */
 const MODE_MASK = 0o1777;
 const CREATE_FILE = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+/** Files up to this size are written with synchronous calls (see `file`). */
+export const SMALL_FILE_BYTES = 64 * 1024;
+/** Files whose mode, mtime and close may be in flight at once. */
+const MAX_PENDING = 32;
 /** Gather this many bytes of small chunks into one writev. */
 const WRITE_BATCH_BYTES = 256 * 1024;
 
@@ -31,6 +35,8 @@ export class TreeWriter {
   bytes = 0;
   private readonly dirs = new Set<string>([""]);
   private readonly dirModes = new Map<string, number>();
+  private readonly pending = new Set<Promise<void>>();
+  private deferredError: unknown;
 
   constructor(
     private readonly root: string,
@@ -77,25 +83,30 @@ export class TreeWriter {
     if (meta.mode !== undefined) this.dirModes.set(rel, meta.mode & MODE_MASK);
   }
 
-  /** Write one regular file from `data`; the bytes are counted against the per-file and total limits as they come. */
-  async file(parts: string[], meta: EntryMeta, data: AsyncIterable<Buffer>): Promise<void> {
+  /**
+   * Write one regular file from `data`; the bytes are counted against the per-file and total
+   * limits as they come. Setting its mode and mtime and closing it happen in the background
+   * (at most MAX_PENDING at once) so the next entry need not wait; `settle()` waits for them.
+   */
+  async file(parts: string[], meta: EntryMeta, data: AsyncIterable<Buffer>, declaredSize?: number): Promise<void> {
     if (parts.length === 0) throw new UnsafePathError(meta.name, "names the archive root but is a file");
+    this.throwDeferred();
     await this.ensureParent(parts, meta.name);
     const path = join(this.root, ...parts);
-    const handle = await this.create(path, meta.name, () => open(path, CREATE_FILE, 0o600));
-    let written = 0;
+    const mode = (meta.mode ?? 0o644) & MODE_MASK;
+    if (declaredSize !== undefined && declaredSize <= SMALL_FILE_BYTES) {
+      const chunks: Buffer[] = [];
+      for await (const chunk of data) chunks.push(chunk);
+      this.writeSmall(path, meta, mode, chunks);
+      return;
+    }
+    const handle = await this.create(path, meta.name, () => open(path, CREATE_FILE, mode));
     try {
+      let written = 0;
       let batch: Buffer[] = [];
       let batchBytes = 0;
       for await (const chunk of data) {
-        written += chunk.length;
-        this.bytes += chunk.length;
-        if (written > this.limits.maxFileBytes) {
-          throw new LimitExceededError("maxFileBytes", this.limits.maxFileBytes, written, "archive entry is too large", { entry: meta.name });
-        }
-        if (this.bytes > this.limits.maxTotalBytes) {
-          throw new LimitExceededError("maxTotalBytes", this.limits.maxTotalBytes, this.bytes, "archive expands to too many bytes", { entry: meta.name });
-        }
+        written = this.count(meta.name, written, chunk.length);
         batch.push(chunk);
         batchBytes += chunk.length;
         if (batchBytes >= WRITE_BATCH_BYTES) {
@@ -105,12 +116,84 @@ export class TreeWriter {
         }
       }
       if (batch.length > 0) await writeAll(handle, batch);
-      await handle.chmod((meta.mode ?? 0o644) & MODE_MASK);
-      if (meta.mtime !== undefined && !Number.isNaN(meta.mtime.getTime())) await handle.utimes(meta.mtime, meta.mtime);
-    } finally {
+    } catch (error) {
       await handle.close();
+      throw error;
     }
     this.files += 1;
+    await this.defer(finalize(handle, mode, meta.mtime));
+  }
+
+  /**
+   * A file of at most SMALL_FILE_BYTES whose bytes the caller already holds: written with a few
+   * synchronous calls in a row, since a thread-pool round trip for each costs more than the call.
+   */
+  async smallFile(parts: string[], meta: EntryMeta, chunks: Buffer[]): Promise<void> {
+    if (parts.length === 0) throw new UnsafePathError(meta.name, "names the archive root but is a file");
+    this.throwDeferred();
+    await this.ensureParent(parts, meta.name);
+    this.writeSmall(join(this.root, ...parts), meta, (meta.mode ?? 0o644) & MODE_MASK, chunks);
+  }
+
+  /** Count `length` more bytes of the current file; returns the file's new size. */
+  private count(name: string, written: number, length: number): number {
+    const size = written + length;
+    this.bytes += length;
+    if (size > this.limits.maxFileBytes) {
+      throw new LimitExceededError("maxFileBytes", this.limits.maxFileBytes, size, "archive entry is too large", { entry: name });
+    }
+    if (this.bytes > this.limits.maxTotalBytes) {
+      throw new LimitExceededError("maxTotalBytes", this.limits.maxTotalBytes, this.bytes, "archive expands to too many bytes", { entry: name });
+    }
+    return size;
+  }
+
+  private writeSmall(path: string, meta: EntryMeta, mode: number, chunks: Buffer[]): void {
+    const { name, mtime } = meta;
+    let written = 0;
+    for (const chunk of chunks) written = this.count(name, written, chunk.length);
+    let fd: number;
+    try {
+      fd = openSync(path, CREATE_FILE, mode);
+    } catch (error) {
+      if (code(error) !== "EEXIST") throw error;
+      if (lstatSync(path).isDirectory()) throw new CorruptArchiveError(undefined, "a directory of the same name was extracted earlier", { entry: name });
+      unlinkSync(path);
+      fd = openSync(path, CREATE_FILE, mode);
+    }
+    try {
+      let pending = chunks;
+      while (pending.length > 0) pending = unwritten(pending, writevSync(fd, pending));
+      fchmodSync(fd, mode);
+      if (mtime !== undefined && !Number.isNaN(mtime.getTime())) futimesSync(fd, mtime, mtime);
+    } finally {
+      closeSync(fd);
+    }
+    this.files += 1;
+  }
+
+  /** Wait for every background file finalisation; throws the first error one of them hit. */
+  async settle(): Promise<void> {
+    await Promise.all(this.pending);
+    this.throwDeferred();
+  }
+
+  private async defer(work: Promise<void>): Promise<void> {
+    const tracked: Promise<void> = work.then(
+      () => {
+        this.pending.delete(tracked);
+      },
+      (error: unknown) => {
+        this.pending.delete(tracked);
+        this.deferredError ??= error;
+      },
+    );
+    this.pending.add(tracked);
+    if (this.pending.size >= MAX_PENDING) await Promise.race(this.pending);
+  }
+
+  private throwDeferred(): void {
+    if (this.deferredError !== undefined) throw this.deferredError;
   }
 
   async symlink(parts: string[], meta: EntryMeta, target: string): Promise<void> {
@@ -143,6 +226,7 @@ export class TreeWriter {
 
   /** Apply directory modes last (deepest first), so read-only directories could still be filled. */
   async finish(): Promise<void> {
+    await this.settle();
     const dirs = [...this.dirModes.entries()].sort((a, b) => b[0].split("/").length - a[0].split("/").length);
     for (const [rel, mode] of dirs) await chmod(join(this.root, rel), mode);
   }
@@ -189,22 +273,34 @@ export class TreeWriter {
   }
 }
 
+/** Set the exact mode (open() applied the umask) and mtime, then close. */
+async function finalize(handle: FileHandle, mode: number, mtime: Date | undefined): Promise<void> {
+  try {
+    await handle.chmod(mode);
+    if (mtime !== undefined && !Number.isNaN(mtime.getTime())) await handle.utimes(mtime, mtime);
+  } finally {
+    await handle.close();
+  }
+}
+
 async function writeAll(handle: FileHandle, chunks: Buffer[]): Promise<void> {
   let pending = chunks;
-  while (pending.length > 0) {
-    const { bytesWritten } = await handle.writev(pending);
-    let skip = bytesWritten;
-    const rest: Buffer[] = [];
-    for (const chunk of pending) {
-      if (skip >= chunk.length) {
-        skip -= chunk.length;
-      } else {
-        rest.push(skip > 0 ? chunk.subarray(skip) : chunk);
-        skip = 0;
-      }
+  while (pending.length > 0) pending = unwritten(pending, (await handle.writev(pending)).bytesWritten);
+}
+
+/** What is left of `chunks` after a (possibly partial) writev of `bytesWritten` bytes. */
+function unwritten(chunks: Buffer[], bytesWritten: number): Buffer[] {
+  let skip = bytesWritten;
+  const rest: Buffer[] = [];
+  for (const chunk of chunks) {
+    if (skip >= chunk.length) {
+      skip -= chunk.length;
+    } else {
+      rest.push(skip > 0 ? chunk.subarray(skip) : chunk);
+      skip = 0;
     }
-    pending = rest;
   }
+  return rest;
 }
 
 function code(error: unknown): string | undefined {

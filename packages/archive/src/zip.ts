@@ -1,9 +1,11 @@
-import type { Readable } from "node:stream";
-import { crc32 } from "node:zlib";
+import { read as fsRead } from "node:fs";
+import { open } from "node:fs/promises";
+import { Readable } from "node:stream";
+import { crc32, inflateRawSync } from "node:zlib";
 import * as yauzl from "yauzl";
 import { ArchiveAbortedError, ArchiveError, CorruptArchiveError, LimitExceededError, UnsupportedEntryError } from "./errors";
 import type { ExtractLimits } from "./limits";
-import type { TreeWriter } from "./writer";
+import { SMALL_FILE_BYTES, type TreeWriter } from "./writer";
 
 const S_IFMT = 0o170000;
 const S_IFREG = 0o100000;
@@ -15,6 +17,8 @@ const UNIX_TYPES: Record<number, string> = {
   0o060000: "block device",
   0o140000: "socket",
 };
+const READ_AHEAD_BYTES = 256 * 1024;
+const CACHED_BLOCKS = 4;
 /** Zip "version made by" high byte for Unix: only then do external attributes carry a mode. */
 const MADE_BY_UNIX = 3;
 
@@ -24,10 +28,13 @@ const MADE_BY_UNIX = 3;
  * limits before an entry is read, actual bytes while it streams, and every entry's CRC-32 at its end.
  */
 export async function extractZipFile(path: string, archiveBytes: number, writer: TreeWriter, limits: ExtractLimits, signal?: AbortSignal): Promise<void> {
+  const file = await open(path, "r");
+  const reader = new CachedFileReader(file.fd);
   let zip: yauzl.ZipFile;
   try {
-    zip = await yauzl.openPromise(path, { lazyEntries: true, autoClose: false, decodeStrings: false, validateEntrySizes: true, strictFileNames: false });
+    zip = await yauzl.fromRandomAccessReaderPromise(reader, archiveBytes, { lazyEntries: true, autoClose: false, decodeStrings: false, validateEntrySizes: true, strictFileNames: false });
   } catch (error) {
+    await file.close();
     throw corrupt(error);
   }
   try {
@@ -72,16 +79,22 @@ export async function extractZipFile(path: string, archiveBytes: number, writer:
         if (entry.uncompressedSize > limits.maxPathLength) {
           throw new LimitExceededError("maxPathLength", limits.maxPathLength, entry.uncompressedSize, "symbolic link target is too long", { entry: name });
         }
-        const target = await readAll(zip, entry, name, writer, archiveBytes, limits);
+        if (entry.compressedSize > SMALL_FILE_BYTES) throw new CorruptArchiveError("zip", `symbolic link data is ${entry.compressedSize} bytes compressed`, { entry: name });
+        const target = await readSmall(zip, reader, entry, name);
         await writer.symlink(parts, meta, target.toString("utf8"));
         continue;
       }
       writer.checkFileSize(name, entry.uncompressedSize);
-      await writer.file(parts, meta, checked(await openEntry(zip, entry, name), entry, name, writer, archiveBytes, limits));
+      if (entry.uncompressedSize <= SMALL_FILE_BYTES && entry.compressedSize <= SMALL_FILE_BYTES) {
+        await writer.smallFile(parts, meta, [await readSmall(zip, reader, entry, name)]);
+        continue;
+      }
+      await writer.file(parts, meta, checked(await openEntry(zip, entry, name), entry, name, writer, archiveBytes, limits), entry.uncompressedSize);
     }
     await entries.return?.();
   } finally {
     zip.close();
+    await file.close();
   }
 }
 
@@ -132,10 +145,112 @@ async function openEntry(zip: yauzl.ZipFile, entry: yauzl.Entry, name: string): 
   return { stream, failure: () => failure };
 }
 
-async function readAll(zip: yauzl.ZipFile, entry: yauzl.Entry, name: string, writer: TreeWriter, archiveBytes: number, limits: ExtractLimits): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of checked(await openEntry(zip, entry, name), entry, name, writer, archiveBytes, limits)) chunks.push(chunk);
-  return Buffer.concat(chunks);
+/**
+ * A small entry's data in one piece: one read (usually served from the reader's cache) and a
+ * synchronous inflate, instead of a stream and a zlib context per entry. The output is capped at
+ * the declared size, and size and CRC-32 are checked.
+ */
+async function readSmall(zip: yauzl.ZipFile, reader: CachedFileReader, entry: yauzl.Entry, name: string): Promise<Buffer> {
+  let data: Buffer;
+  try {
+    const { fileDataStart } = await zip.readLocalFileHeaderPromise(entry, { minimal: true });
+    const raw = Buffer.allocUnsafe(entry.compressedSize);
+    await reader.readFully(raw, fileDataStart);
+    data = entry.compressionMethod === 0 ? raw : inflateRawSync(raw, { maxOutputLength: Math.max(1, entry.uncompressedSize) });
+  } catch (error) {
+    throw corrupt(error, name);
+  }
+  if (data.length !== entry.uncompressedSize) {
+    throw new CorruptArchiveError("zip", `entry holds ${data.length} bytes but declares ${entry.uncompressedSize}`, { entry: name });
+  }
+  const crc = crc32(data);
+  if (crc >>> 0 !== entry.crc32 >>> 0) throw new CorruptArchiveError("zip", `CRC-32 mismatch (stored ${hex(entry.crc32)}, data ${hex(crc)})`, { entry: name });
+  return data;
+}
+
+/**
+ * yauzl reads the central directory and local headers in many tiny reads, each a thread-pool
+ * round trip; this serves reads of up to 64 KiB from a few 256 KiB read-ahead blocks instead
+ * (one follows the central directory, another the entries' data, which alternate).
+ */
+class CachedFileReader extends yauzl.RandomAccessReader {
+  private blocks: { start: number; data: Buffer }[] = [];
+
+  constructor(private readonly fd: number) {
+    super();
+  }
+
+  override _readStreamForRange(start: number, end: number): Readable {
+    return new RangeStream(this.fd, start, end);
+  }
+
+  override read(buffer: Buffer, offset: number, length: number, position: number, callback: (error: Error | null, bytesRead?: number) => void): void {
+    for (const block of this.blocks) {
+      const at = position - block.start;
+      if (at >= 0 && at + length <= block.data.length) {
+        block.data.copy(buffer, offset, at, at + length);
+        process.nextTick(callback, null, length);
+        return;
+      }
+    }
+    if (length > SMALL_FILE_BYTES) {
+      fsRead(this.fd, buffer, offset, length, position, (error, bytesRead) => callback(error, bytesRead));
+      return;
+    }
+    const data = Buffer.allocUnsafe(READ_AHEAD_BYTES);
+    fsRead(this.fd, data, 0, data.length, position, (error, bytesRead) => {
+      if (error !== null) {
+        callback(error);
+        return;
+      }
+      this.blocks = [{ start: position, data: data.subarray(0, bytesRead) }, ...this.blocks.slice(0, CACHED_BLOCKS - 1)];
+      const available = Math.min(length, bytesRead);
+      data.copy(buffer, offset, 0, available);
+      callback(null, available);
+    });
+  }
+
+  /** Fill `buffer` from `position`, or fail with "unexpected end of file". */
+  readFully(buffer: Buffer, position: number): Promise<void> {
+    if (buffer.length === 0) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      this.read(buffer, 0, buffer.length, position, (error, bytesRead) => {
+        if (error !== null) reject(error);
+        else if (bytesRead !== buffer.length) reject(new Error("unexpected end of file"));
+        else resolve();
+      });
+    });
+  }
+}
+
+/** Bytes [start, end) of a shared file descriptor, which it never closes (fs.ReadStream would). */
+class RangeStream extends Readable {
+  private position: number;
+
+  constructor(
+    private readonly fd: number,
+    start: number,
+    private readonly end: number,
+  ) {
+    super({ highWaterMark: READ_AHEAD_BYTES });
+    this.position = start;
+  }
+
+  override _read(): void {
+    const length = Math.min(READ_AHEAD_BYTES, this.end - this.position);
+    if (length <= 0) {
+      this.push(null);
+      return;
+    }
+    fsRead(this.fd, Buffer.allocUnsafe(length), 0, length, this.position, (error, bytesRead, buffer) => {
+      if (error !== null) this.destroy(error);
+      else if (bytesRead === 0) this.destroy(new Error("unexpected end of file"));
+      else {
+        this.position += bytesRead;
+        this.push(buffer.subarray(0, bytesRead));
+      }
+    });
+  }
 }
 
 function corrupt(error: unknown, entry?: string): unknown {

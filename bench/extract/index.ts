@@ -1,0 +1,213 @@
+/**
+ * Extraction speed and memory of @proctor/archive against GNU tar (tar.gz) and Info-ZIP unzip
+ * (zip), on the same archives in the same run. Builds a tree of mixed file sizes with
+ * pseudo-random but compressible content, packs it with `tar | gzip -1` and `zip -1`, then
+ * extracts each archive alternately with the reference tool and with the package (in a child
+ * process, whose peak RSS is read from /proc/self/status VmHWM). Prints speed ratios
+ * (reference time / package time: >= 0.8 is the target) and peak RSS (target < 150 MB).
+ *
+ *   node --conditions=@proctor/source --import tsx bench/extract/index.ts [--size-mb 1000] [--rounds 3] [--dir /dev/shm] [--no-zip] [--keep]
+ *   BENCH_EXTRACT_SIZE_MB=100 node --conditions=@proctor/source --import tsx bench/extract/index.ts
+ */
+import { execFileSync, spawnSync } from "node:child_process";
+import { randomFillSync } from "node:crypto";
+import { mkdirSync, mkdtempSync, openSync, closeSync, writeSync, rmSync, statSync, symlinkSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+
+const { values } = parseArgs({
+  options: {
+    "size-mb": { type: "string", default: process.env.BENCH_EXTRACT_SIZE_MB ?? "1000" },
+    rounds: { type: "string", default: "3" },
+    "no-zip": { type: "boolean", default: false },
+    keep: { type: "boolean", default: false },
+    dir: { type: "string", default: process.env.BENCH_EXTRACT_DIR ?? tmpdir() },
+  },
+});
+const sizeBytes = Number(values["size-mb"]) * 1024 * 1024;
+const rounds = Number(values.rounds);
+const here = dirname(fileURLToPath(import.meta.url));
+const MiB = 1024 * 1024;
+
+for (const tool of ["tar", "gzip", ...(values["no-zip"] ? [] : ["zip", "unzip"])]) {
+  if (spawnSync(tool, ["--help"], { stdio: "ignore" }).error !== undefined) {
+    console.error(`${tool} is not installed: apt-get install -y ${tool} (or pass --no-zip for the zip part)`);
+    process.exit(2);
+  }
+}
+
+const work = mkdtempSync(join(values.dir, "proctor-bench-extract-"));
+process.on("exit", () => {
+  if (!values.keep) rmSync(work, { recursive: true, force: true });
+});
+process.on("SIGINT", () => process.exit(130));
+
+// ---------- the tree ----------
+
+/** Deterministic xorshift so every run builds the same tree. */
+let seed = 0x2545f491;
+function random(): number {
+  seed ^= seed << 13;
+  seed ^= seed >>> 17;
+  seed ^= seed << 5;
+  return (seed >>> 0) / 0x100000000;
+}
+function between(low: number, high: number): number {
+  return Math.floor(low * (high / low) ** random()); // log-uniform
+}
+
+// Content: 64 KiB blocks, each half random bytes from a pool and half a repeated text line, so
+// gzip -1 gets roughly 2:1, like source trees with some binaries.
+const pool = randomFillSync(Buffer.alloc(16 * MiB));
+const text = Buffer.alloc(32 * 1024, "proctor benchmark line: the quick brown fox jumps over the lazy dog 0123456789\n");
+function block(): Buffer {
+  const at = Math.floor(random() * (pool.length - 32 * 1024));
+  return Buffer.concat([pool.subarray(at, at + 32 * 1024), text]);
+}
+
+const src = join(work, "src");
+let fileCount = 0;
+let written = 0;
+function writeFileOf(path: string, size: number): void {
+  const fd = openSync(path, "w", random() < 0.1 ? 0o755 : 0o644);
+  let left = size;
+  while (left > 0) {
+    const chunk = block();
+    const n = Math.min(left, chunk.length);
+    writeSync(fd, chunk, 0, n);
+    left -= n;
+  }
+  closeSync(fd);
+  fileCount += 1;
+  written += size;
+}
+
+const started = Date.now();
+// Budget by bytes: 10% small files (1-16 KiB), 40% medium (64 KiB-2 MiB), 50% large (4-48 MiB).
+const budgets: [number, number, number][] = [
+  [0.1, 1024, 16 * 1024],
+  [0.4, 64 * 1024, 2 * MiB],
+  [0.5, 4 * MiB, 48 * MiB],
+];
+for (const [share, low, high] of budgets) {
+  let left = share * sizeBytes;
+  while (left > 0) {
+    const dir = join(src, `d${Math.floor(random() * 40)}`, `s${Math.floor(random() * 8)}`);
+    mkdirSync(dir, { recursive: true });
+    const size = Math.min(between(low, high), Math.max(1, Math.floor(left)));
+    writeFileOf(join(dir, `f${fileCount}.bin`), size);
+    left -= size;
+  }
+}
+for (let i = 0; i < 50; i += 1) mkdirSync(join(src, "empty", `e${i}`), { recursive: true });
+for (let i = 0; i < 50; i += 1) symlinkSync(`../d${i % 40}`, join(src, "empty", `link${i}`));
+
+const tgz = join(work, "bench.tar.gz");
+execFileSync("bash", ["-c", `tar -cf - -C "${src}" . | gzip -1 > "${tgz}"`]);
+const zipFile = join(work, "bench.zip");
+if (!values["no-zip"]) execFileSync("zip", ["-qry", "-1", zipFile, "."], { cwd: src });
+console.log(
+  `tree: ${fileCount} files, ${(written / MiB).toFixed(0)} MiB; tar.gz ${(statSync(tgz).size / MiB).toFixed(0)} MiB` +
+    (values["no-zip"] ? "" : `, zip ${(statSync(zipFile).size / MiB).toFixed(0)} MiB`) +
+    ` (built in ${((Date.now() - started) / 1000).toFixed(1)} s)`,
+);
+rmSync(src, { recursive: true, force: true });
+
+// ---------- measuring ----------
+
+/** Wall and CPU (user + system, the tool's children included) milliseconds, from bash's `time`. */
+function timed(command: string, args: string[]): { ms: number; cpuMs: number } {
+  const quoted = [command, ...args].map((arg) => `'${arg.replace(/'/g, "'\\''")}'`).join(" ");
+  const out = execFileSync("bash", ["-c", `TIMEFORMAT='%R %U %S'; { time ${quoted} >/dev/null; } 2>&1`], { encoding: "utf8" });
+  const [real, user, sys] = out.trim().split("\n").pop()!.split(" ").map(Number) as [number, number, number];
+  return { ms: real * 1000, cpuMs: (user + sys) * 1000 };
+}
+
+interface ChildResult {
+  ms: number;
+  cpuMs: number;
+  files: number;
+  bytes: number;
+  peakRssKb: number;
+  rssBeforeKb: number;
+}
+
+// The child runs as one plain-JS bundle (the package and its dependencies, built by esbuild from
+// source), so its RSS is the package's and not a TypeScript loader's.
+const childBundle = join(work, "child.mjs");
+execFileSync(join(here, "../../node_modules/.bin/esbuild"), [
+  join(here, "child.ts"),
+  "--bundle",
+  "--platform=node",
+  "--format=esm",
+  "--target=node20",
+  "--conditions=@proctor/source",
+  "--log-level=warning",
+  `--outfile=${childBundle}`,
+  "--banner:js=import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
+]);
+
+function ours(archive: string, dest: string, mode: "path" | "stream"): ChildResult & { wallMs: number } {
+  const start = process.hrtime.bigint();
+  const out = execFileSync(process.execPath, [childBundle, archive, dest, mode], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
+  const wallMs = Number(process.hrtime.bigint() - start) / 1e6;
+  return { ...(JSON.parse(out.trim().split("\n").pop() as string) as ChildResult), wallMs };
+}
+
+function fresh(name: string): string {
+  const dest = join(work, name);
+  rmSync(dest, { recursive: true, force: true });
+  execFileSync("sync");
+  return dest;
+}
+
+function median(xs: number[]): number {
+  const sorted = [...xs].sort((a, b) => a - b);
+  return sorted[Math.floor((sorted.length - 1) / 2)] as number;
+}
+
+function compare(label: string, archive: string, reference: (dest: string) => { ms: number; cpuMs: number }, mode: "path" | "stream"): void {
+  const refMs: number[] = [];
+  const refCpu: number[] = [];
+  const ourMs: number[] = [];
+  const ourCpu: number[] = [];
+  const ourWallMs: number[] = [];
+  let peak = 0;
+  let before = 0;
+  for (let round = 0; round < rounds; round += 1) {
+    const refDest = fresh("ref");
+    mkdirSync(refDest);
+    const measured = reference(refDest);
+    refMs.push(measured.ms);
+    refCpu.push(measured.cpuMs);
+    rmSync(refDest, { recursive: true, force: true });
+    const ourDest = fresh("ours");
+    const result = ours(archive, ourDest, mode);
+    ourMs.push(result.ms);
+    ourCpu.push(result.cpuMs);
+    ourWallMs.push(result.wallMs);
+    peak = Math.max(peak, result.peakRssKb);
+    before = result.rssBeforeKb;
+    if (result.bytes < written * 0.999) throw new Error(`${label}: extracted only ${result.bytes} of ${written} bytes`);
+    rmSync(ourDest, { recursive: true, force: true });
+  }
+  const ref = median(refMs);
+  const our = median(ourMs);
+  const mibPerS = (ms: number) => ((written / MiB) / (ms / 1000)).toFixed(0);
+  const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
+  console.log(`${label}:`);
+  console.log(`  reference  ${seconds(ref)} (${mibPerS(ref)} MiB/s), CPU ${seconds(median(refCpu))}`);
+  console.log(`  package    ${seconds(our)} (${mibPerS(our)} MiB/s), CPU ${seconds(median(ourCpu))}; ${seconds(median(ourWallMs))} with node startup`);
+  console.log(`  speed ratio ${(ref / our).toFixed(2)}x (reference time / package time; target >= 0.8), CPU ratio ${(median(refCpu) / median(ourCpu)).toFixed(2)}x`);
+  console.log(`  peak RSS   ${(peak / 1024).toFixed(0)} MB (target < 150; ${(before / 1024).toFixed(0)} MB before extracting)`);
+}
+
+execFileSync("cat", [tgz], { stdio: "ignore" }); // warm the page cache for both sides
+compare("tar.gz vs tar -xzf", tgz, (dest) => timed("tar", ["-xzf", tgz, "-C", dest]), "path");
+compare("tar.gz stream vs tar -xzf", tgz, (dest) => timed("tar", ["-xzf", tgz, "-C", dest]), "stream");
+if (!values["no-zip"]) {
+  execFileSync("cat", [zipFile], { stdio: "ignore" });
+  compare("zip vs unzip", zipFile, (dest) => timed("unzip", ["-q", zipFile, "-d", dest]), "path");
+}
