@@ -5,7 +5,7 @@ import { WebSocket, WebSocketServer } from "ws";
 import type { Batch, BatchListener, BatchManager } from "./batches";
 import type { ServerMetrics } from "./metrics";
 import { DROPPABLE_EVENTS } from "./wire";
-import type { WireEnvelope } from "./wire";
+import type { WireEnvelope, WireEventName } from "./wire";
 
 export interface WsHubOptions {
   /** Ping every client this often; one without a pong by the next ping is terminated. */
@@ -48,6 +48,23 @@ interface Client {
 }
 
 const RESYNC_CHECK_MS = 200;
+
+/**
+ * What to do with one live event for a client that has `bufferedBytes` not yet written to its
+ * socket: send it; drop it (only task_phase / task_retry, above the soft cap); or stop sending
+ * and resync the client with a fresh snapshot once it drained (above the hard cap).
+ * batch_complete is always sent: it ends the stream.
+ */
+export function backpressureAction(
+  event: WireEventName,
+  bufferedBytes: number,
+  caps: { softBufferBytes: number; hardBufferBytes: number },
+): "send" | "drop" | "resync" {
+  if (event === "batch_complete") return "send";
+  if (bufferedBytes > caps.hardBufferBytes) return "resync";
+  if (bufferedBytes > caps.softBufferBytes && DROPPABLE_EVENTS.has(event)) return "drop";
+  return "send";
+}
 /** A replaying client that collects more live events than this is resynced with a snapshot instead. */
 const MAX_PENDING = 10_000;
 
@@ -160,14 +177,12 @@ export class WsHub {
       if (final) this.finish(client);
       return;
     }
-    const buffered = client.ws.bufferedAmount;
-    if (!final && buffered > this.options.hardBufferBytes) {
+    const action = backpressureAction(envelope.event, client.ws.bufferedAmount, this.options);
+    if (action === "resync") {
       client.mode = "resync";
       client.stalledSinceMs = Date.now();
-      this.options.metrics.wsDropped.inc();
-      return;
     }
-    if (!final && buffered > this.options.softBufferBytes && DROPPABLE_EVENTS.has(envelope.event)) {
+    if (action !== "send") {
       this.options.metrics.wsDropped.inc();
       return;
     }
