@@ -3,9 +3,12 @@ import { runCommand } from "./commands/run";
 import { validateCommand } from "./commands/validate";
 import { gcCommand } from "./commands/gc";
 import { reportCommand } from "./commands/report";
+import { serveCommand } from "./commands/serve";
+import { submitCommand } from "./commands/submit";
 import { ConfigMismatchError, RunDirectoryError } from "@proctor/engine";
 import { AgentConfigError } from "@proctor/agents";
 import { RuntimeUnavailableError } from "@proctor/sandbox";
+import { ClientError, ServerConfigError } from "@proctor/server";
 import { CliError } from "./errors";
 import { stderrLogger } from "./logger";
 
@@ -92,6 +95,48 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     );
 
   program
+    .command("serve")
+    .description("run the batch server: uploads over HTTP, live progress over WebSocket")
+    .option("--host <host>", "address to bind", "127.0.0.1")
+    .option("--port <port>", "port to bind", (v) => Number(v), 8080)
+    .option("--data-dir <dir>", "where batches (run directories) are kept", "proctor-data")
+    .option("--auth <mode>", "none | token | epistula | hotkey-header-insecure", "epistula")
+    .addOption(new Option("--runtime <runtime>").choices(["auto", "docker", "local"]).default("auto"))
+    .option("--default-image <image>", "image for tasks that name none (default on Docker: proctor/base:bookworm)")
+    .option("--max-active-batches <n>", "batches running at once", positiveInt("--max-active-batches"), 1)
+    .option("--max-queued-batches <n>", "batches waiting; more get 429", positiveInt("--max-queued-batches"), 10)
+    .option("--max-concurrent-tasks <n>", "largest ?concurrent_tasks", positiveInt("--max-concurrent-tasks"), 8)
+    .option("--hotkeys-file <file>", "allowlisted SS58 hotkeys, one per line (else $PROCTOR_HOTKEYS)")
+    .option("--retention-days <days>", "delete finished batches older than this", positiveNumber("--retention-days"))
+    .option("--allow-local-repos", "let uploads name repositories on this machine's disk", false)
+    .option("--insecure", "allow --auth none on a non-loopback address", false)
+    .action(async (o) =>
+      setExitCode(
+        await serveCommand({
+          host: o.host, port: o.port, dataDir: o.dataDir, auth: o.auth, runtime: o.runtime, defaultImage: o.defaultImage,
+          maxActiveBatches: o.maxActiveBatches, maxQueuedBatches: o.maxQueuedBatches, maxConcurrentTasks: o.maxConcurrentTasks,
+          insecure: o.insecure, hotkeysFile: o.hotkeysFile, retentionDays: o.retentionDays, allowLocalRepos: o.allowLocalRepos, logger,
+        }),
+      ),
+    );
+
+  program
+    .command("submit")
+    .description("upload an archive (tasks/ + agent_code/) to a server, follow it live, print the results")
+    .argument("<archive>")
+    .requiredOption("--server <url>", "server base URL, e.g. http://127.0.0.1:8080")
+    .option("--key-file <file>", "hotkey file (else $PROCTOR_HOTKEY_URI or $PROCTOR_HOTKEY_FILE)")
+    .option("--token <token>", "bearer token instead of a hotkey (else $PROCTOR_TOKEN)")
+    .option("--signed-for <ss58>", "the server's hotkey, when it requires Epistula-Signed-For")
+    .option("-n, --concurrent-tasks <n>", "tasks at once on the server", positiveInt("--concurrent-tasks"))
+    .option("--json", "print the final batch status as JSON", false)
+    .action(async (archive: string, o) =>
+      setExitCode(
+        await submitCommand({ archive, server: o.server, keyFile: o.keyFile, token: o.token, signedFor: o.signedFor, concurrentTasks: o.concurrentTasks, json: o.json, logger }),
+      ),
+    );
+
+  program
     .command("gc")
     .description("remove containers and sandbox roots left behind by dead runs")
     .action(async () => setExitCode(await gcCommand({ logger })));
@@ -119,6 +164,14 @@ export async function main(argv: string[]): Promise<number> {
     if (error instanceof ConfigMismatchError || error instanceof RunDirectoryError || error instanceof AgentConfigError) {
       process.stderr.write(`proctor: ${error.message}\n`);
       return 2;
+    }
+    if (error instanceof ServerConfigError) {
+      process.stderr.write(`proctor: ${error.message}\n`);
+      return 2;
+    }
+    if (error instanceof ClientError) {
+      process.stderr.write(`proctor: ${error.message}\n`);
+      return 1;
     }
     if (error instanceof RuntimeUnavailableError) {
       process.stderr.write(`proctor: ${error.message}\n`);

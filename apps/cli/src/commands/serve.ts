@@ -1,0 +1,57 @@
+import { resolve } from "node:path";
+import type { Logger } from "@proctor/schema";
+import { startServer, AUTH_MODES, type AuthMode } from "@proctor/server";
+import { UsageError } from "../errors";
+import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
+
+export interface ServeOptions {
+  host: string;
+  port: number;
+  dataDir: string;
+  auth: string;
+  runtime: string;
+  defaultImage?: string;
+  maxActiveBatches: number;
+  maxQueuedBatches: number;
+  maxConcurrentTasks: number;
+  insecure: boolean;
+  hotkeysFile?: string;
+  retentionDays?: number;
+  allowLocalRepos: boolean;
+  logger: Logger;
+}
+
+/** `proctor serve`: the batch server until SIGINT/SIGTERM, then a graceful stop (running batches resume on the next start). */
+export async function serveCommand(options: ServeOptions): Promise<number> {
+  if (!(AUTH_MODES as readonly string[]).includes(options.auth)) {
+    throw new UsageError(`--auth must be one of ${AUTH_MODES.join(", ")}, got "${options.auth}"`);
+  }
+  const runtime = await openRuntime(parseRuntimeChoice(options.runtime), options.logger);
+  const server = await startServer({
+    host: options.host,
+    port: options.port,
+    dataDir: resolve(options.dataDir),
+    auth: options.auth as AuthMode,
+    runtime,
+    defaultImage: options.defaultImage ?? (runtime.name === "docker" ? DEFAULT_DOCKER_IMAGE : null),
+    maxActiveBatches: options.maxActiveBatches,
+    maxQueuedBatches: options.maxQueuedBatches,
+    maxConcurrentTasks: options.maxConcurrentTasks,
+    insecure: options.insecure,
+    hotkeysFile: options.hotkeysFile,
+    retentionDays: options.retentionDays ?? null,
+    allowLocalRepos: options.allowLocalRepos,
+    logger: options.logger,
+  });
+  process.stderr.write(`proctor serve: listening on ${server.url} (auth ${options.auth}, runtime ${runtime.name}, data ${resolve(options.dataDir)})\n`);
+  await new Promise<void>((done) => {
+    const stop = (name: string) => () => {
+      process.stderr.write(`${name}: stopping; running batches are checkpointed and resume on the next start\n`);
+      done();
+    };
+    process.once("SIGINT", stop("SIGINT"));
+    process.once("SIGTERM", stop("SIGTERM"));
+  });
+  await server.close();
+  return 0;
+}

@@ -1,0 +1,93 @@
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { spawn, execFileSync, type ChildProcess } from "node:child_process";
+import { mkdtemp, rm, mkdir, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+
+const repoRoot = resolve(import.meta.dirname, "../../..");
+const ALICE = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY";
+const cli = (args: string[], env: Record<string, string> = {}) =>
+  spawn(process.execPath, ["--conditions=@proctor/source", "--import", "tsx", join(repoRoot, "apps/cli/src/main.ts"), ...args], {
+    cwd: repoRoot,
+    env: { ...process.env, ...env },
+  });
+
+function finish(child: ChildProcess): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((done, fail) => {
+    let stdout = "";
+    let stderr = "";
+    child.stdout?.on("data", (c: Buffer) => (stdout += c.toString()));
+    child.stderr?.on("data", (c: Buffer) => (stderr += c.toString()));
+    child.on("error", fail);
+    child.on("close", (code) => done({ code, stdout, stderr }));
+  });
+}
+
+let work: string;
+let server: ChildProcess;
+let url: string;
+let archive: string;
+
+beforeAll(async () => {
+  work = await mkdtemp(join(tmpdir(), "proctor-serve-"));
+  const repo = join(work, "repo");
+  await mkdir(repo);
+  const git = (...a: string[]) => execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@t", ...a], { cwd: repo }).toString().trim();
+  git("init", "-q");
+  await writeFile(join(repo, "f.txt"), "v1\n");
+  git("add", ".");
+  git("commit", "-qm", "init");
+  const sub = join(work, "sub");
+  await mkdir(join(sub, "tasks", "hello", "tests"), { recursive: true });
+  await mkdir(join(sub, "agent_code"));
+  await writeFile(join(sub, "tasks", "hello", "workspace.yaml"), `repo: ${repo}\nbase_commit: ${git("rev-parse", "HEAD")}\n`);
+  await writeFile(join(sub, "tasks", "hello", "prompt.md"), "Write hello to out.txt\n");
+  await writeFile(join(sub, "tasks", "hello", "tests", "check.sh"), "grep -q hello out.txt\n");
+  await writeFile(join(sub, "agent_code", "run.sh"), '#!/bin/bash\necho hello > "$REPO_DIR/out.txt"\n');
+  archive = join(work, "sub.tar.gz");
+  execFileSync("tar", ["-czf", archive, "-C", sub, "."]);
+
+  server = cli(["serve", "--port", "0", "--data-dir", join(work, "data"), "--runtime", "local", "--allow-local-repos"], { PROCTOR_HOTKEYS: ALICE });
+  url = await new Promise<string>((done, fail) => {
+    let seen = "";
+    server.stderr?.on("data", (c: Buffer) => {
+      seen += c.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(seen);
+      if (m?.[1]) done(m[1]);
+    });
+    server.on("close", (code) => fail(new Error(`serve exited ${code}: ${seen}`)));
+  });
+});
+
+afterAll(async () => {
+  if (server.exitCode === null) server.kill("SIGKILL");
+  await rm(work, { recursive: true, force: true });
+});
+
+describe("proctor serve + proctor submit", () => {
+  test("an allowlisted hotkey's batch runs and its table is printed", async () => {
+    const r = await finish(cli(["submit", archive, "--server", url], { PROCTOR_HOTKEY_URI: "//Alice" }));
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/hello\s+passed\s+1/);
+    expect(r.stdout).toContain("1/1 passed");
+  });
+
+  test("a hotkey not on the allowlist gets the server's 403, exit 1", async () => {
+    const r = await finish(cli(["submit", archive, "--server", url], { PROCTOR_HOTKEY_URI: "//Bob" }));
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/403 .*not on this server's allowlist/);
+  });
+
+  test("submit without credentials is a usage error", async () => {
+    const r = await finish(cli(["submit", archive, "--server", url], { PROCTOR_HOTKEY_URI: "", PROCTOR_HOTKEY_FILE: "", PROCTOR_TOKEN: "" }));
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("no credentials");
+  });
+
+  test("SIGTERM stops the server cleanly", async () => {
+    const closed = finish(server);
+    server.kill("SIGTERM");
+    const r = await closed;
+    expect(r.code).toBe(0);
+  });
+});
