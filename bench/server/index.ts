@@ -202,7 +202,10 @@ try {
     const idle = await rssMb();
     let peak = idle;
     const sampler = setInterval(() => {
-      rssMb().then((v) => { peak = Math.max(peak, v); }, () => {});
+      rssMb().then(
+        (v) => { peak = Math.max(peak, v); },
+        () => undefined, // the child may be exiting between two samples
+      );
     }, 250);
     const runStart = Date.now();
     const batch = await uploadArchive({ server: url, archivePath: archive, concurrentTasks: Number(args.concurrency) });

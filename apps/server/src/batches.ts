@@ -84,7 +84,7 @@ export class Batch {
   cancelRequested = false;
   readonly listeners = new Set<BatchListener>();
   readonly running = new Set<string>();
-  private snapshotCache: { seq: number; json: string } | null = null;
+  private snapshotCache: { seq: number; status: BatchStatus; json: string } | null = null;
 
   constructor(
     readonly dir: string,
@@ -162,7 +162,8 @@ export class Batch {
   /** The `snapshot` message (status + every task), serialized once per seq for all clients. */
   snapshot(): { seq: number; json: string } {
     const seq = this.seq ?? 0;
-    if (this.snapshotCache?.seq === seq && this.snapshotCache.json.includes(`"status":"${this.status}"`)) return this.snapshotCache;
+    // Task states only change with an event (a new seq); the batch status may change without one.
+    if (this.snapshotCache?.seq === seq && this.snapshotCache.status === this.status) return this.snapshotCache;
     const envelope: WireEnvelope = {
       seq,
       event: "snapshot",
@@ -170,7 +171,7 @@ export class Batch {
       ts: new Date().toISOString(),
       data: { ...this.statusJson(null), tasks: [...this.tasks.values()].map((t) => this.taskJson(t)) },
     };
-    this.snapshotCache = { seq, json: JSON.stringify(envelope) };
+    this.snapshotCache = { seq, status: this.status, json: JSON.stringify(envelope) };
     return this.snapshotCache;
   }
 

@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { readFile, rm } from "node:fs/promises";
+import { readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
@@ -124,6 +124,30 @@ test("close() interrupts a running batch, which resumes on the next start", asyn
   try {
     const final = await waitForStatus(second.url, batch.batch_id, ["completed", "failed"]);
     expect(final, JSON.stringify(final)).toMatchObject({ status: "completed", completed_tasks: 3, passed_tasks: 3 });
+  } finally {
+    await second.close();
+  }
+});
+
+test("retentionDays deletes finished batches older than that on start, and keeps newer ones", async () => {
+  const dataDir = join(root, "retention");
+  const first = await startTestServer(dataDir);
+  const archive = await makeArchive(root, { ...fixture, tasks: [{ id: "r" }] });
+  const old = await uploadArchive({ server: first.url, archivePath: archive, keypair: ALICE });
+  await waitForStatus(first.url, old.batch_id, ["completed"]);
+  const recent = await uploadArchive({ server: first.url, archivePath: archive, keypair: ALICE });
+  await waitForStatus(first.url, recent.batch_id, ["completed"]);
+  await first.close();
+  const recordPath = join(dataDir, "batches", old.batch_id, "batch.json");
+  const record = JSON.parse(await readFile(recordPath, "utf8")) as { finishedAt: string };
+  record.finishedAt = new Date(Date.now() - 10 * 24 * 3600 * 1000).toISOString();
+  await writeFile(recordPath, JSON.stringify(record));
+
+  const second = await startTestServer(dataDir, { retentionDays: 7 });
+  try {
+    expect(await readdir(join(dataDir, "batches"))).toEqual([recent.batch_id]);
+    expect((await call(second.url, "GET", `/batch/${old.batch_id}`)).status).toBe(404);
+    expect((await call(second.url, "GET", `/batch/${recent.batch_id}`)).body.status).toBe("completed");
   } finally {
     await second.close();
   }

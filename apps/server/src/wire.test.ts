@@ -58,7 +58,8 @@ describe("reading JSONL after a crash", () => {
       await forEachJsonLine(file, (v) => seen.push(v));
       expect(seen).toEqual([{ seq: 1 }, { seq: 2 }]);
       await writeFile(file, '{"seq":1}\nnot json\n{"seq":3}\n');
-      await expect(forEachJsonLine(file, () => {})).rejects.toThrow(/events\.jsonl:2/);
+      await expect(forEachJsonLine(file, (v) => seen.push(v))).rejects.toThrow(/events\.jsonl:2/);
+      seen.length = 2;
       await forEachJsonLine(join(dir, "missing.jsonl"), () => seen.push("x"));
       expect(seen).toHaveLength(2);
     } finally {
