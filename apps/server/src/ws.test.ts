@@ -1,4 +1,4 @@
-import { rm } from "node:fs/promises";
+import { rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { uploadArchive } from "./client";
@@ -22,12 +22,19 @@ describe("websocket", () => {
   test("200 clients on one batch all see every event, in order, then a final snapshot and a normal close", async () => {
     const server = await startTestServer(join(root, "many"), { maxActiveBatches: 1 });
     try {
-      const blocker = await makeArchive(root, { ...fixture, tasks: [{ id: "blocker" }], agentScript: "#!/bin/bash\nsleep 1\necho ok > done.txt\n" });
+      // The blocker holds the only batch slot until every client is connected.
+      const go = join(root, "go");
+      const blocker = await makeArchive(root, {
+        ...fixture,
+        tasks: [{ id: "blocker" }],
+        agentScript: `#!/bin/bash\nwhile [ ! -f ${go} ]; do sleep 0.05; done\necho ok > done.txt\n`,
+      });
       const watched = await makeArchive(root, { ...fixture, tasks: ["a", "b", "c", "d"].map((id) => ({ id })) });
       await uploadArchive({ server: server.url, archivePath: blocker, keypair: ALICE });
       const batch = await uploadArchive({ server: server.url, archivePath: watched, keypair: ALICE, concurrentTasks: 2 });
       const clients = Array.from({ length: 200 }, () => collectWs(server.url, batch.batch_id));
       await Promise.all(clients.map((c) => c.opened));
+      await writeFile(go, "");
       const closes = await Promise.all(clients.map((c) => c.closed));
       expect(closes.every((c) => c.code === 1000)).toBe(true);
 
