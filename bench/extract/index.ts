@@ -6,7 +6,7 @@
  * process, whose peak RSS is read from /proc/self/status VmHWM). Prints speed ratios
  * (reference time / package time: >= 0.8 is the target) and peak RSS (target < 150 MB).
  *
- *   node --conditions=@proctor/source --import tsx bench/extract/index.ts [--size-mb 1000] [--rounds 3] [--dir /dev/shm] [--no-zip] [--keep]
+ *   node --conditions=@proctor/source --import tsx bench/extract/index.ts [--size-mb 900] [--rounds 1] [--dir /dev/shm] [--no-zip] [--keep]
  *   BENCH_EXTRACT_SIZE_MB=100 node --conditions=@proctor/source --import tsx bench/extract/index.ts
  */
 import { execFileSync, spawnSync } from "node:child_process";
@@ -19,8 +19,8 @@ import { parseArgs } from "node:util";
 
 const { values } = parseArgs({
   options: {
-    "size-mb": { type: "string", default: process.env.BENCH_EXTRACT_SIZE_MB ?? "1000" },
-    rounds: { type: "string", default: "3" },
+    "size-mb": { type: "string", default: process.env.BENCH_EXTRACT_SIZE_MB ?? "900" },
+    rounds: { type: "string", default: "1" },
     "no-zip": { type: "boolean", default: false },
     keep: { type: "boolean", default: false },
     dir: { type: "string", default: process.env.BENCH_EXTRACT_DIR ?? tmpdir() },
