@@ -170,4 +170,36 @@ describe.skipIf(!docker)("proctor run on Docker", () => {
     expect(new Set(all.map((x) => x.trialId)).size).toBe(4);
     expect(all.slice(0, finished.length)).toEqual(finished);
   });
+
+  test("kill -9 mid-run, then --resume completes without rerunning finished trials and reaps the dead run's containers", async () => {
+    const tasks = join(out, "slow-tasks-9");
+    for (const id of ["k9-a", "k9-b", "k9-c", "k9-d"]) {
+      await cp(join(examples, exampleIds[0] ?? "missing"), join(tasks, id), { recursive: true });
+      const solve = join(tasks, id, "solution/solve.sh");
+      await writeFile(solve, `sleep 2\n${await readFile(solve, "utf8")}`);
+    }
+    const runId = "kill9-docker";
+    let sent = false;
+    const r = await proctor(["run", tasks, "--runtime", "docker", "-n", "2", "-o", out, "--run-id", runId], {
+      onStderr: (text, child) => {
+        if (!sent && /\[1\/4\]/.test(text)) {
+          sent = true;
+          child.kill("SIGKILL");
+        }
+      },
+    });
+    expect(r.code).toBeNull();
+    const finished = await results(join(out, runId));
+    expect(finished.length).toBeGreaterThanOrEqual(1);
+    expect(finished.length).toBeLessThan(4);
+    const resumed = await proctor(["run", "--resume", join(out, runId), "--json"]);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(resumed.stderr).toMatch(/removed \d+ sandbox\(es\) left behind/);
+    const all = await results(join(out, runId));
+    expect(all.length).toBe(4);
+    expect(new Set(all.map((x) => x.trialId)).size).toBe(4);
+    expect(all.slice(0, finished.length)).toEqual(finished);
+    const left = execFileSync("docker", ["ps", "-aq", "--filter", `label=proctor.run=${runId}`]).toString().trim();
+    expect(left).toBe("");
+  });
 });

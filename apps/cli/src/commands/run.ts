@@ -116,6 +116,9 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   const agent = parseAgent(agentArg, prepared.agentDir);
   const runtime = await openRuntime(parseRuntimeChoice(runtimeArg), options.logger);
   const image = defaultImage ?? (runtime.name === "docker" ? DEFAULT_DOCKER_IMAGE : null);
+  // A run killed with -9 leaves its sandboxes behind; remove those of dead owners before starting.
+  const reaped = await runtime.reap();
+  if (reaped > 0) err.write(`removed ${reaped} sandbox(es) left behind by runs that died\n`);
 
   const controller = new AbortController();
   const onSignal = (name: string) => () => {
