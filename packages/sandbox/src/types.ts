@@ -88,6 +88,13 @@ export interface SandboxRuntime {
   create(options: SandboxCreateOptions): Promise<Sandbox>;
   /** Remove sandboxes whose owner process is gone; returns how many were removed. */
   reap(): Promise<number>;
+  /**
+   * Optional. Wait until every sandbox this runtime killed is fully removed (a runtime may finish
+   * removals in the background after kill() resolved) and remove any sandboxes it started ahead
+   * of demand. Rejects when a removal failed. Call it when a run ends or is aborted; the runtime
+   * stays usable afterwards.
+   */
+  drain?(): Promise<void>;
 }
 
 /** Sandbox paths of the standard directories and the env vars that name them. */
