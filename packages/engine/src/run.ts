@@ -261,6 +261,10 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     throw error;
   } finally {
     options.signal?.removeEventListener("abort", onAbort);
+    // Removals the runtime finishes in the background (and its warm sandboxes): none may outlive the run.
+    await options.runtime.drain?.().catch((error: unknown) =>
+      logger.error("removing the run's sandboxes failed", { runId, error: error instanceof Error ? error.message : String(error) }),
+    );
     bus.close();
     unsubscribeSink();
     await Promise.all([sink.close(), resultsSink.close()]);

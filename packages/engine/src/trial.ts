@@ -1,9 +1,9 @@
-import { mkdir, rm } from "node:fs/promises";
+import { lstat, mkdir, readFile, readdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentError, AgentSetupError, CappedFile, type Agent, type AgentContext } from "@proctor/agents";
 import { isPass, parseReward } from "@proctor/reward";
 import {
-  ImageError, RuntimeUnavailableError, SANDBOX_PATHS, SandboxError, SandboxStartError, retry,
+  ImageError, RuntimeUnavailableError, SANDBOX_PATHS, SandboxError, SandboxStartError, TransferError, retry,
   type Clock, type ExecResult, type Sandbox, type SandboxRuntime,
 } from "@proctor/sandbox";
 import type { CheckResult, EventBody, Logger, Phase, PhaseTiming, TaskSpec, TrialError, TrialResult } from "@proctor/schema";
@@ -204,6 +204,17 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
 
   let sandbox: Sandbox | null = null;
   let pendingCreate: Promise<Sandbox> | null = null;
+  let collected = false;
+  // Collect has its own bound: logs are still worth having after the trial deadline passed.
+  const collectPhase = (box: Sandbox): Promise<boolean> =>
+    phase("collect", () => collect(box, trialDir), undefined, AbortSignal.timeout(HOUSEKEEPING_MS)).then(
+      () => true,
+      (error: unknown) => {
+        // Logs are evidence, not the score: the trial keeps its result, the log says what is missing.
+        env.logger.warn("collecting sandbox logs failed", { trialId, error: message(error) });
+        return false;
+      },
+    );
   try {
     const env_ = task.environment;
     const wanted = env_.dockerImage ?? (env_.buildContext ? null : env.defaultImage);
@@ -237,7 +248,11 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
       }
       throw error;
     });
-    await runInSandbox(task, trialId, trialDir, sandbox, env, signal, phase, state, { installMs, agentMs, verifierMs });
+    const box = sandbox;
+    await runInSandbox(task, trialId, trialDir, box, env, signal, phase, state, { installMs, agentMs, verifierMs }, () => {
+      collected = true;
+      return collectPhase(box);
+    });
     return state;
   } catch (error) {
     if (runSignal.aborted) throw runSignal.reason ?? error;
@@ -249,13 +264,7 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
     runSignal.removeEventListener("abort", onRunAbort);
     if (sandbox) {
       const box = sandbox;
-      if (!runSignal.aborted) {
-        // Collect has its own bound: logs are still worth having after the trial deadline passed.
-        await phase("collect", () => collect(box, trialDir, env.logger, trialId), undefined, AbortSignal.timeout(HOUSEKEEPING_MS)).catch((error: unknown) => {
-          // Logs are evidence, not the score: the trial keeps its result, the log says what is missing.
-          env.logger.warn("collecting sandbox logs failed", { trialId, error: message(error) });
-        });
-      }
+      if (!runSignal.aborted && !collected) await collectPhase(box);
       await box.kill().catch((error: unknown) => env.logger.error("removing the sandbox failed", { trialId, sandbox: box.id, error: message(error) }));
     } else if (pendingCreate) {
       // The sandbox may still appear after we stopped waiting for it: remove it when it does.
@@ -285,6 +294,8 @@ async function runInSandbox(
   phase: PhaseRunner,
   state: Attempt,
   budgets: { installMs: number; agentMs: number; verifierMs: number },
+  /** Runs the collect phase; false when it failed. */
+  collectLogs: () => Promise<boolean>,
 ): Promise<void> {
   const throwIfAborted = () => {
     if (signal.aborted) throw signal.reason;
@@ -335,7 +346,7 @@ async function runInSandbox(
   };
   let timedOut = false;
   let exitCode: number | null = null;
-  try {
+  {
     let setupOk = true;
     if (env.agent.setup) {
       const setup = env.agent.setup.bind(env.agent);
@@ -359,14 +370,17 @@ async function runInSandbox(
         exitCode = result.exitCode;
       }
     }
-  } finally {
-    if (!signal.aborted) await killLeftovers(sandbox, env, trialId);
   }
   state.agent = { exitCode, timedOut };
   throwIfAborted();
 
-  // 5. verify, even after an agent timeout or failure: the work may be done.
-  await phase("verifier", () => verify(task, trialDir, sandbox, signal, budgets.verifierMs, env.timeoutMultiplier, state));
+  // 5. verify, even after an agent timeout or failure: the work may be done. The verifier's first
+  // exec also kills whatever the agent left running.
+  const verified = await phase("verifier", () => verify(task, trialDir, sandbox, env, signal, budgets.verifierMs, state));
+  if (verified === null) return;
+  // 6. collect the logs now (one download), then read the reward from the copy just collected.
+  const collectedOk = await collectLogs();
+  await readReward(sandbox, trialDir, verified, collectedOk, state);
 }
 
 /**
@@ -402,38 +416,66 @@ done
 exit 0
 `;
 
-/**
- * Kill every process the agent left behind (background jobs, daemons, anything that escaped
- * its process group) so nothing keeps working on the task after the agent's time is up. The
- * local runtime kills the exec's whole process group itself, and a sandbox-wide kill there
- * would reach the host's processes, so this runs in Docker only.
- */
-async function killLeftovers(sandbox: Sandbox, env: TrialEnvironment, trialId: string): Promise<void> {
-  if (env.runtime.name !== "docker") return;
-  const result = await sandbox.exec(["/bin/sh", "-c", KILL_STRAYS_SCRIPT], { user: "root", timeoutMs: 30_000 });
-  if (result.exitCode !== 0) env.logger.warn("killing the agent's leftover processes failed", { trialId, exitCode: result.exitCode, stderr: result.stderr });
-}
-
 const VERIFIER_DIR = `\${PROCTOR_VERIFIER_LOGS_DIR:-${SANDBOX_PATHS.verifierLogs}}`;
 const TESTS_DIR = `\${PROCTOR_TESTS_DIR:-${SANDBOX_PATHS.tests}}`;
+const REWARD_MAX_BYTES = 1024 * 1024;
 
+/**
+ * The one housekeeping exec between the agent and the verifier. On Docker it first kills every
+ * process the agent left behind (background jobs, daemons, anything that escaped its process
+ * group) so nothing keeps working on the task after the agent's time is up; the local runtime
+ * kills the exec's whole process group itself, and a sandbox-wide kill there would reach the
+ * host's processes. For a reward-file verifier it then empties /logs/verifier (the agent may have
+ * planted a reward) and replaces /tests with an empty directory for the upload.
+ */
+function cleanupScript(docker: boolean, prepare: { testsDir: boolean } | null): string | null {
+  const parts: string[] = [];
+  // A subshell: its `exit` ends only the kill part; its pid is a child of the script, so spared.
+  // If something kills it (a leftover fighting back), nothing after it runs and the exit is not 0.
+  if (docker) parts.push(`(${KILL_STRAYS_SCRIPT}) || { echo "killing the agent's leftover processes failed" >&2; exit 1; }`);
+  if (prepare) {
+    const dirs = prepare.testsDir ? '"$v" "$t"' : '"$v"';
+    parts.push(
+      `v="${VERIFIER_DIR}"; t="${TESTS_DIR}"; rm -rf "$v" "$t" && mkdir -p ${dirs} && chmod 777 "$v" && [ -d "$v" ] && [ ! -L "$v" ] && [ -z "$(ls -A "$v")" ]`,
+    );
+  }
+  return parts.length === 0 ? null : parts.join("\n");
+}
+
+/** What the reward-file verifier left for readReward. */
+interface Verified {
+  result: ExecResult;
+}
+
+/** Runs the verifier; returns null when there is no reward file to read (checks mode, or an error was recorded). */
 async function verify(
   task: TaskSpec,
   trialDir: string,
   sandbox: Sandbox,
+  env: TrialEnvironment,
   signal: AbortSignal,
   verifierMs: number,
-  multiplier: number,
   state: Attempt,
-): Promise<void> {
+): Promise<Verified | null> {
   const verifier = task.verifier;
-  const asRoot = sandbox.runtime === "docker" ? { user: "root" } : {};
+  const docker = sandbox.runtime === "docker";
+  const asRoot = docker ? { user: "root" } : {};
+  const multiplier = env.timeoutMultiplier;
+
+  if (verifier.mode === "checks" && verifier.checks.length === 0) {
+    state.errors.push({ kind: "verifier", message: `task ${task.id} has no checks: nothing would be verified, so it cannot pass` });
+    if (docker) await cleanup(sandbox, env, signal, cleanupScript(true, null), task.id);
+    return null;
+  }
+  const rewardFile = verifier.mode !== "checks";
+  const prepared = await cleanup(sandbox, env, signal, cleanupScript(docker, rewardFile ? { testsDir: verifier.testsDir !== null } : null), task.id);
+  if (prepared !== null && prepared.exitCode !== 0) {
+    const what = [docker ? "kill the agent's leftover processes" : null, rewardFile ? "empty /logs/verifier and /tests" : null].filter(Boolean).join(" and ");
+    state.errors.push({ kind: "verifier", message: `could not ${what} before verifying (exit ${prepared.exitCode}): ${tail(prepared.stderr)}` });
+    return null;
+  }
 
   if (verifier.mode === "checks") {
-    if (verifier.checks.length === 0) {
-      state.errors.push({ kind: "verifier", message: `task ${task.id} has no checks: nothing would be verified, so it cannot pass` });
-      return;
-    }
     if (verifier.testsDir) await sandbox.upload(verifier.testsDir, `${sandbox.workdir.replace(/\/+$/, "")}/tests`);
     const checks: CheckResult[] = [];
     for (const check of verifier.checks) {
@@ -455,23 +497,10 @@ async function verify(
     }
     state.checks = checks;
     state.reward = checks.every((c) => c.passed) ? 1 : 0;
-    return;
+    return null;
   }
 
-  // reward-file: a clean /logs/verifier (the agent may have planted a reward), fresh /tests.
-  const prepare = await sandbox.exec(
-    [
-      "/bin/sh",
-      "-c",
-      `v="${VERIFIER_DIR}"; t="${TESTS_DIR}"; rm -rf "$v" "$t" && mkdir -p "$v" && chmod 777 "$v" && [ -d "$v" ] && [ ! -L "$v" ] && [ -z "$(ls -A "$v")" ]`,
-    ],
-    { ...asRoot, timeoutMs: HOUSEKEEPING_MS, signal },
-  );
-  if (signal.aborted) throw signal.reason;
-  if (prepare.exitCode !== 0) {
-    state.errors.push({ kind: "verifier", message: `could not empty /logs/verifier and /tests before verifying (exit ${prepare.exitCode}): ${tail(prepare.stderr)}` });
-    return;
-  }
+  // reward-file: /logs/verifier is now empty and /tests fresh (see cleanupScript).
   if (verifier.testsDir) await sandbox.upload(verifier.testsDir, SANDBOX_PATHS.tests);
 
   const out = await CappedFile.open(join(trialDir, "verifier", "test-stdout.txt"), VERIFIER_LOG_BYTES);
@@ -493,12 +522,47 @@ async function verify(
   if (signal.aborted) throw signal.reason;
   if (result.timedOut) {
     state.errors.push({ kind: "verifier", message: `the verifier timed out after ${Math.round(verifierMs / 1000)} s` });
-    return;
+    return null;
   }
-  const [json, txt] = await Promise.all([
-    sandbox.readFile(`${SANDBOX_PATHS.verifierLogs}/reward.json`, { maxBytes: 1024 * 1024 }),
-    sandbox.readFile(`${SANDBOX_PATHS.verifierLogs}/reward.txt`, { maxBytes: 1024 * 1024 }),
-  ]);
+  return { result };
+}
+
+/** Runs the cleanup script (null: nothing to do); a failed kill of leftovers is logged, the caller judges the exit code. */
+async function cleanup(sandbox: Sandbox, env: TrialEnvironment, signal: AbortSignal, script: string | null, taskId: string): Promise<ExecResult | null> {
+  if (script === null) return null;
+  const result = await sandbox.exec(["/bin/sh", "-c", script], { ...(sandbox.runtime === "docker" ? { user: "root" } : {}), timeoutMs: HOUSEKEEPING_MS, signal });
+  if (signal.aborted) throw signal.reason;
+  if (result.timedOut) env.logger.warn("killing the agent's leftover processes / emptying the verifier dir timed out", { taskId });
+  return result;
+}
+
+/**
+ * reward.json, else reward.txt, as the verifier wrote them into /logs/verifier. They are read from
+ * the copy `collect` just downloaded when it succeeded and holds them as regular files; otherwise
+ * (collect failed, no such file, a link) from the sandbox itself, which is still running.
+ */
+async function readReward(sandbox: Sandbox, trialDir: string, verified: Verified, collectedOk: boolean, state: Attempt): Promise<void> {
+  const names = ["reward.json", "reward.txt"] as const;
+  const fromSandbox = (name: string) => sandbox.readFile(`${SANDBOX_PATHS.verifierLogs}/${name}`, { maxBytes: REWARD_MAX_BYTES });
+  // undefined: the copy cannot tell (not a regular file there); null: absent from a complete copy.
+  const fromCopy = async (name: string): Promise<Buffer | null | undefined> => {
+    const hostPath = join(trialDir, "verifier", name);
+    const info = await lstat(hostPath).catch((error: unknown) => {
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
+      throw error;
+    });
+    if (info === null) return null;
+    if (!info.isFile()) return undefined;
+    if (info.size > REWARD_MAX_BYTES) {
+      throw new TransferError(`readFile: ${SANDBOX_PATHS.verifierLogs}/${name} is ${info.size} bytes, above the ${REWARD_MAX_BYTES} byte limit (maxBytes)`, name);
+    }
+    return readFile(hostPath);
+  };
+  let [json, txt]: (Buffer | null | undefined)[] = collectedOk ? await Promise.all(names.map(fromCopy)) : [undefined, undefined];
+  // Ask the sandbox (still running) when the copy cannot tell, and before declaring both missing.
+  if (json === undefined || (json === null && !txt)) json = await fromSandbox(names[0]);
+  if (txt === undefined || (txt === null && !json)) txt = await fromSandbox(names[1]);
+  const { result } = verified;
   try {
     state.reward = parseReward({
       json: json?.toString("utf8") ?? null,
@@ -512,14 +576,37 @@ async function verify(
   }
 }
 
-/** Copy the sandbox's log directories into the trial directory. */
-async function collect(sandbox: Sandbox, trialDir: string, logger: Logger, trialId: string): Promise<void> {
-  const results = await Promise.allSettled([
-    sandbox.download(SANDBOX_PATHS.agentLogs, join(trialDir, "agent")),
-    sandbox.download(SANDBOX_PATHS.verifierLogs, join(trialDir, "verifier")),
-  ]);
-  const failed = results.filter((r): r is PromiseRejectedResult => r.status === "rejected");
-  for (const f of failed) logger.warn("downloading sandbox logs failed", { trialId, error: message(f.reason) });
-  if (failed.length > 0) throw new Error(`${failed.length} of 2 log directories could not be downloaded`);
+/** The log directories collected from /logs (one download); anything else there is left out. */
+const LOG_DIRS = ["agent", "verifier"] as const;
+
+/** Copy the sandbox's log directories into the trial directory with one download of /logs. */
+async function collect(sandbox: Sandbox, trialDir: string): Promise<void> {
+  const staging = join(trialDir, ".logs-download");
+  await rm(staging, { recursive: true, force: true });
+  try {
+    await sandbox.download(SANDBOX_PATHS.logs, staging);
+    for (const dir of LOG_DIRS) {
+      const from = join(staging, dir);
+      const kind = await lstat(from).then((s) => (s.isDirectory() ? "dir" : "other"), () => null);
+      if (kind === "dir") await mergeInto(from, join(trialDir, dir));
+    }
+  } finally {
+    await rm(staging, { recursive: true, force: true });
+  }
 }
 
+/** Moves `src`'s entries into `dest`, replacing what is there (directories are merged). */
+async function mergeInto(src: string, dest: string): Promise<void> {
+  await mkdir(dest, { recursive: true });
+  for (const entry of await readdir(src, { withFileTypes: true })) {
+    const from = join(src, entry.name);
+    const to = join(dest, entry.name);
+    const existing = await lstat(to).catch(() => null);
+    if (existing?.isDirectory() && entry.isDirectory()) {
+      await mergeInto(from, to);
+      continue;
+    }
+    if (existing) await rm(to, { recursive: true, force: true });
+    await rename(from, to);
+  }
+}
