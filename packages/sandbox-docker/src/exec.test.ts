@@ -20,6 +20,7 @@ describe.skipIf(!run)("DockerSandbox.exec", () => {
   });
   afterAll(async () => {
     await sandbox?.kill();
+    await runtime.drain();
     await tracked.cleanup();
   });
 
@@ -156,6 +157,9 @@ describe.skipIf(!run)("DockerSandbox.exec", () => {
     await other[Symbol.asyncDispose]();
     expect((await running).exitCode).not.toBe(0);
     await expect(other.exec(["true"])).rejects.toBeInstanceOf(SandboxClosedError);
+    // kill() resolves once nothing runs; the removal finishes in the background until drain().
+    expect((await docker.getContainer(other.id).inspect().catch(() => ({ State: { Running: false } }))).State.Running).toBe(false);
+    await runtime.drain();
     await expect(docker.getContainer(other.id).inspect()).rejects.toMatchObject({ statusCode: 404 });
   });
 });

@@ -1,4 +1,4 @@
-export { DockerRuntime, DEFAULT_PIDS_LIMIT, DROPPED_CAPABILITIES } from "./runtime";
+export { DockerRuntime, DEFAULT_PIDS_LIMIT, DEFAULT_WARM_POOL, DROPPED_CAPABILITIES, POOLED_LABEL } from "./runtime";
 export type { DockerRuntimeOptions } from "./runtime";
 export { DockerSandbox } from "./sandbox";
 export { BUILD_REPOSITORY } from "./image";

@@ -5,7 +5,7 @@ import Dockerode from "dockerode";
 import { ImageError, LABELS, type Sandbox } from "@proctor/sandbox";
 import { afterAll, describe, expect, it } from "vitest";
 import { dockerTestGate } from "./gate";
-import { DockerRuntime, DROPPED_CAPABILITIES } from "./runtime";
+import { DockerRuntime, DROPPED_CAPABILITIES, POOLED_LABEL } from "./runtime";
 import { BUSYBOX, TEST_LABEL, testContainers } from "./test-helpers";
 
 const docker = new Dockerode();
@@ -15,6 +15,7 @@ describe.skipIf(!run)("DockerRuntime.create", () => {
   const tracked = testContainers(docker, "runtime");
   const runtime = new DockerRuntime({ docker });
   afterAll(async () => {
+    await runtime.drain();
     await tracked.cleanup();
   });
 
@@ -85,9 +86,34 @@ describe.skipIf(!run)("DockerRuntime.create", () => {
       expect(new Set(sandboxes.map((s) => s.id)).size).toBe(16);
     } finally {
       await Promise.all(sandboxes.map((s) => s.kill()));
+      await runtime.drain();
     }
     const left = await docker.listContainers({ all: true, filters: { id: sandboxes.map((s) => s.id) } });
     expect(left).toEqual([]);
+  });
+
+  it("pool: from the second create of a kind, sandboxes started ahead of demand; drain leaves none", async () => {
+    const pooled = new DockerRuntime({ docker, warmPool: 2 });
+    const runLabels = { ...tracked.labels, [LABELS.run]: `pool-${process.pid}` };
+    const ofRun = () => docker.listContainers({ all: true, filters: { label: [`${LABELS.run}=pool-${process.pid}`] } });
+    try {
+      const first = await pooled.create({ image: BUSYBOX, labels: { ...runLabels, [LABELS.trial]: "t/1" } });
+      expect((await docker.getContainer(first.id).inspect()).Config.Labels[POOLED_LABEL]).toBeUndefined();
+      const second = await pooled.create({ image: BUSYBOX, labels: { ...runLabels, [LABELS.trial]: "t/2" } });
+      const info = await docker.getContainer(second.id).inspect();
+      expect(info.Config.Labels).toMatchObject({ [POOLED_LABEL]: "true", [LABELS.run]: `pool-${process.pid}`, [LABELS.owner]: pooled.ownerId, [LABELS.managed]: "true" });
+      expect(info.Name).toMatch(/^\/proctor-t-2-[0-9a-f]{8}$/);
+      expect((await second.exec({ shell: "ls -d /logs/agent /logs/verifier" })).exitCode).toBe(0);
+      // Spares are kept for the run: every container of it is findable by its run label.
+      await expect.poll(async () => (await ofRun()).length, { timeout: 20_000 }).toBeGreaterThan(2);
+      // A different kind (here: env) never gets those spares.
+      const other = await pooled.create({ image: BUSYBOX, env: { X: "1" }, labels: { ...runLabels, [LABELS.trial]: "t/3" } });
+      expect((await docker.getContainer(other.id).inspect()).Config.Labels[POOLED_LABEL]).toBeUndefined();
+      await Promise.all([first.kill(), second.kill(), other.kill()]);
+    } finally {
+      await pooled.drain();
+    }
+    expect(await ofRun()).toEqual([]);
   });
 
   it("refuses an image that is not present", async () => {

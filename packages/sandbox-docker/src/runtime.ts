@@ -20,6 +20,7 @@ import { daemonMessage, statusCode } from "./docker-errors";
 import { FrameDemuxer } from "./frames";
 import { ImageResolver } from "./image";
 import { currentOwnerLabel, ownerIsGone, parseOwner } from "./owner";
+import { WarmPool } from "./pool";
 import { DockerSandbox } from "./sandbox";
 
 export interface DockerRuntimeOptions {
@@ -28,6 +29,34 @@ export interface DockerRuntimeOptions {
   logger?: Logger;
   /** proctor.owner label value; default `<host>:<pid>:<process start time>`, which reap() understands. */
   ownerId?: string;
+  /**
+   * Containers kept started ahead of demand per (image, limits, network, env, workdir, labels
+   * but proctor.trial); default 4, 0 turns it off. A key is warmed from its second create() on;
+   * drain() removes what is left.
+   */
+  warmPool?: number;
+}
+
+export const DEFAULT_WARM_POOL = 4;
+/** Label on containers started ahead of demand (they lack proctor.trial; the trial is in their name). */
+export const POOLED_LABEL = "proctor.pooled";
+const WARM_IDLE_MS = 60_000;
+const WARM_PAUSE_AFTER_FAILURE_MS = 10_000;
+
+interface ContainerSpec {
+  image: string;
+  imageUser: string;
+  workdir: string;
+  env: string[];
+  labels: Record<string, string>;
+  hostConfig: Dockerode.HostConfig;
+}
+
+/** Sandboxes made from the same key are interchangeable until handed out. */
+function poolKey(imageId: string, options: SandboxCreateOptions): string {
+  const { [LABELS.trial]: _trial, ...labels } = options.labels ?? {};
+  const sorted = (record: Record<string, string> | undefined) => Object.entries(record ?? {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return JSON.stringify([imageId, options.cpus ?? null, options.memoryMb ?? null, options.pidsLimit ?? null, options.network === true, options.workdir ?? null, sorted(options.env), sorted(labels)]);
 }
 
 export const DEFAULT_PIDS_LIMIT = 1024;
@@ -62,12 +91,22 @@ export class DockerRuntime implements SandboxRuntime {
   private readonly logger: Logger;
   private readonly images: ImageResolver;
   private initSupported: Promise<boolean> | undefined;
+  /** Removals still running after their sandbox's kill() resolved. */
+  private readonly removals = new Set<Promise<void>>();
+  private removalFailures: unknown[] = [];
+  private readonly pool: WarmPool<DockerSandbox>;
 
   constructor(options: DockerRuntimeOptions = {}) {
     this.docker = options.docker ?? new Dockerode();
     this.logger = options.logger ?? silentLogger;
     this.ownerId = options.ownerId ?? currentOwnerLabel();
     this.images = new ImageResolver(this.docker, this.logger);
+    this.pool = new WarmPool<DockerSandbox>({
+      max: options.warmPool ?? DEFAULT_WARM_POOL,
+      idleMs: WARM_IDLE_MS,
+      pauseAfterFailureMs: WARM_PAUSE_AFTER_FAILURE_MS,
+      logger: this.logger,
+    });
   }
 
   resolveImage(request: ImageRequest): Promise<string> {
@@ -104,6 +143,37 @@ export class DockerRuntime implements SandboxRuntime {
     });
   }
 
+  /**
+   * Resolves once every container this runtime killed is removed; rejects with a SandboxError
+   * naming the removals that failed (each is reported once). The runtime stays usable.
+   */
+  async drain(): Promise<void> {
+    const pooled = await this.pool.drain().then(
+      () => null,
+      (error: unknown) => error,
+    );
+    while (this.removals.size > 0) await Promise.all(this.removals);
+    if (pooled !== null) this.removalFailures.push(pooled);
+    const failures = this.removalFailures.splice(0);
+    if (failures.length > 0) {
+      throw new SandboxError(
+        `${failures.length} container(s) could not be removed: ${failures.map((f) => (f instanceof Error ? f.message : String(f))).join("; ")}. ` +
+          "List them with `docker ps -a --filter label=proctor.managed=true` and remove them with `docker rm -f`.",
+        { cause: failures[0] },
+      );
+    }
+  }
+
+  private trackRemoval(removal: Promise<void>): void {
+    const tracked: Promise<void> = removal
+      .catch((error: unknown) => {
+        this.removalFailures.push(error);
+        this.logger.warn("removing a sandbox in the background failed", { error: error instanceof Error ? error.message : String(error) });
+      })
+      .finally(() => this.removals.delete(tracked));
+    this.removals.add(tracked);
+  }
+
   private async createSandbox(options: SandboxCreateOptions): Promise<Sandbox> {
     const { signal } = options;
     throwIfAborted(signal);
@@ -116,6 +186,39 @@ export class DockerRuntime implements SandboxRuntime {
       }
       throw error;
     }
+    const spec = await this.containerSpec(options, imageInfo);
+    const trial = options.labels?.[LABELS.trial];
+    if (!this.pool.enabled) return this.start(spec, containerName(trial), spec.labels, signal);
+
+    // The image's id, not its name, so a rebuilt tag never hands out a container of the old image.
+    const key = poolKey(imageInfo.Id, options);
+    let sandbox: DockerSandbox;
+    try {
+      // Started ahead of demand they cannot carry this caller's trial label: they get the run's
+      // labels plus proctor.pooled=true, and the trial in their name (renamed when handed out).
+      const { [LABELS.trial]: _trial, ...shared } = spec.labels;
+      const warm = await this.pool.acquire(key, () => this.start(spec, containerName("warm"), { ...shared, [POOLED_LABEL]: "true" }, undefined));
+      if (warm) {
+        if (signal?.aborted) {
+          void warm.kill().catch(() => undefined); // its removal is tracked for drain()
+          throwIfAborted(signal);
+        }
+        const name = containerName(trial);
+        await warm.rename(name).catch((error: unknown) => this.logger.warn("renaming a pooled sandbox failed; it keeps its warm-up name", { id: warm.id, name, error: daemonMessage(error) }));
+        sandbox = warm;
+      } else {
+        sandbox = await this.start(spec, containerName(trial), spec.labels, signal);
+      }
+    } catch (error) {
+      this.pool.release(key);
+      throw error;
+    }
+    sandbox.onKill(() => this.pool.release(key));
+    return sandbox;
+  }
+
+  /** Everything but the name and labels of a container for `options`. */
+  private async containerSpec(options: SandboxCreateOptions, imageInfo: Dockerode.ImageInspectInfo): Promise<ContainerSpec> {
     const imageUser = imageInfo.Config?.User ?? "";
     const workdir = options.workdir ?? (imageInfo.Config?.WorkingDir || SANDBOX_PATHS.workdir);
     const paths: Record<string, string> = { ...SANDBOX_PATHS, workdir };
@@ -137,27 +240,31 @@ export class DockerRuntime implements SandboxRuntime {
       hostConfig.Memory = Math.round(options.memoryMb * 1024 * 1024);
       hostConfig.MemorySwap = hostConfig.Memory; // no swap on top of the limit
     }
+    return { image: options.image, imageUser, workdir, env, labels, hostConfig };
+  }
 
+  /** Creates and starts one container; resolves once its entrypoint reported the log dirs ready. */
+  private async start(spec: ContainerSpec, name: string, labels: Record<string, string>, signal: AbortSignal | undefined): Promise<DockerSandbox> {
     let container: Dockerode.Container;
     try {
       container = await this.docker.createContainer({
-        name: containerName(options.labels?.[LABELS.trial]),
-        Image: options.image,
-        Entrypoint: ["/bin/sh", "-c", ENTRYPOINT, "proctor-init", imageUser],
+        name,
+        Image: spec.image,
+        Entrypoint: ["/bin/sh", "-c", ENTRYPOINT, "proctor-init", spec.imageUser],
         // The main process runs as root; execs default to the image's USER (see DockerSandbox).
         User: "0",
         Cmd: [],
-        Env: env,
-        WorkingDir: workdir,
+        Env: spec.env,
+        WorkingDir: spec.workdir,
         Labels: labels,
         Tty: false,
         OpenStdin: false,
-        HostConfig: hostConfig,
+        HostConfig: spec.hostConfig,
       });
     } catch (error) {
-      throw new SandboxStartError(`Creating a container from "${options.image}" failed: ${daemonMessage(error)}`, { cause: error });
+      throw new SandboxStartError(`Creating a container from "${spec.image}" failed: ${daemonMessage(error)}`, { cause: error });
     }
-    const sandbox = new DockerSandbox(container, workdir, imageUser, this.logger);
+    const sandbox = new DockerSandbox(container, spec.workdir, spec.imageUser, this.logger, (removal) => this.trackRemoval(removal));
     try {
       throwIfAborted(signal);
       // Docker creates the workdir; the entrypoint creates the log dirs and reports on stdout.
@@ -176,11 +283,11 @@ export class DockerRuntime implements SandboxRuntime {
       await sandbox.kill().catch((cleanup: unknown) => this.logger.warn("removing a container that failed to start failed", { id: container.id, error: daemonMessage(cleanup) }));
       if (error instanceof SandboxError) throw error;
       throw new SandboxStartError(
-        `Starting a container from "${options.image}" failed: ${daemonMessage(error)} (the image needs /bin/sh).`,
+        `Starting a container from "${spec.image}" failed: ${daemonMessage(error)} (the image needs /bin/sh).`,
         { cause: error },
       );
     }
-    this.logger.debug("started sandbox", { id: container.id, image: options.image, workdir });
+    this.logger.debug("started sandbox", { id: container.id, image: spec.image, workdir: spec.workdir });
     return sandbox;
   }
 

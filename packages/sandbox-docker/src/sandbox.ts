@@ -33,6 +33,7 @@ export class DockerSandbox implements Sandbox {
   readonly runtime = "docker";
   private killing: Promise<void> | undefined;
   private closed = false;
+  private killHooks: (() => void)[] = [];
 
   constructor(
     private readonly container: Dockerode.Container,
@@ -40,6 +41,8 @@ export class DockerSandbox implements Sandbox {
     /** The image's USER, the default for exec; "" means root. */
     private readonly defaultUser: string,
     private readonly logger: Logger,
+    /** Takes over a removal that finishes after kill() resolved (DockerRuntime.drain awaits it). */
+    private readonly background: (removal: Promise<void>) => void = (removal) => void removal.catch(() => undefined),
   ) {}
 
   get id(): string {
@@ -216,10 +219,16 @@ export class DockerSandbox implements Sandbox {
   async download(sandboxPath: string, hostDir: string): Promise<void> {
     this.assertOpen("download");
     const source = this.resolve(sandboxPath);
-    const kind = await this.pathKind(source, "download");
-    if (kind === null) return;
+    // One round trip: the archive response carries the source's stat in a header.
     const archive = await this.getArchive(source, "download");
     if (archive === null) return;
+    let kind: "directory" | "other";
+    try {
+      kind = statKind(archive, source, "download");
+    } catch (error) {
+      (archive as Readable).destroy();
+      throw error;
+    }
     await mkdir(hostDir, { recursive: true });
     try {
       await pipeline(
@@ -238,17 +247,50 @@ export class DockerSandbox implements Sandbox {
     }
   }
 
+  /**
+   * Stops every process (SIGKILL to the container, resolved once it is no longer running), then
+   * removes the container in the background: DockerRuntime.drain() waits for that removal and
+   * reports a failed one. If the stop itself fails, the removal is done before returning instead.
+   */
   kill(): Promise<void> {
     this.closed = true;
-    this.killing ??= this.remove().catch((error: unknown) => {
+    for (const hook of this.killHooks.splice(0)) hook();
+    this.killing ??= this.stop().catch((error: unknown) => {
       this.killing = undefined;
       throw error;
     });
     return this.killing;
   }
 
+  /** Runs `hook` once, at the first kill(). */
+  onKill(hook: () => void): void {
+    if (this.closed) hook();
+    else this.killHooks.push(hook);
+  }
+
+  /** Renames the container (the runtime names a pooled sandbox after the trial it is handed to). */
+  async rename(name: string): Promise<void> {
+    await this.container.rename({ name });
+  }
+
   [Symbol.asyncDispose](): Promise<void> {
     return this.kill();
+  }
+
+  private async stop(): Promise<void> {
+    try {
+      await this.container.kill({ signal: "SIGKILL" });
+    } catch (error) {
+      const code = statusCode(error);
+      if (code === 404) return; // already gone
+      // 409: not running (exited, or being removed); anything else: let remove --force deal with it.
+      if (code !== 409) {
+        this.logger.debug("SIGKILL to the container failed; removing it at once", { id: this.id, error: daemonMessage(error) });
+        await this.remove();
+        return;
+      }
+    }
+    this.background(this.remove());
   }
 
   private async remove(): Promise<void> {
@@ -358,11 +400,7 @@ export class DockerSandbox implements Sandbox {
       throw this.transferFailure(operation, path, error);
     }
     response.resume();
-    const header = response.headers["x-docker-container-path-stat"];
-    if (typeof header !== "string") throw new TransferError(`${operation}: the daemon sent no stat for ${path}`, path);
-    const stat = JSON.parse(Buffer.from(header, "base64").toString("utf8")) as { mode: number };
-    // Go's os.FileMode: the directory bit is 1 << 31.
-    return Math.floor(stat.mode / 2 ** 31) % 2 === 1 ? "directory" : "other";
+    return statKind(response, path, operation);
   }
 
   private async mkdirp(dir: string, operation: string): Promise<void> {
@@ -376,6 +414,15 @@ export class DockerSandbox implements Sandbox {
     if (this.closed || isMissingContainer(error)) return new SandboxClosedError(`${operation}: sandbox ${this.id} is gone`, { cause: error });
     return new TransferError(`${operation} (${path}) failed: ${daemonMessage(error)}`, path, { cause: error });
   }
+}
+
+/** "directory" or "other", from the X-Docker-Container-Path-Stat header of an archive response. */
+function statKind(response: NodeJS.ReadableStream | IncomingMessage, path: string, operation: string): "directory" | "other" {
+  const header = (response as IncomingMessage).headers?.["x-docker-container-path-stat"];
+  if (typeof header !== "string") throw new TransferError(`${operation}: the daemon sent no stat for ${path}`, path);
+  const stat = JSON.parse(Buffer.from(header, "base64").toString("utf8")) as { mode: number };
+  // Go's os.FileMode: the directory bit is 1 << 31.
+  return Math.floor(stat.mode / 2 ** 31) % 2 === 1 ? "directory" : "other";
 }
 
 type FirstEntry = { kind: "file"; data: Buffer } | { kind: "link"; target: string } | { kind: "other"; type: string };

@@ -16,7 +16,8 @@ export function testContainers(docker: Dockerode, suite: string): TestContainers
     async cleanup() {
       const leftovers = await docker.listContainers({ all: true, filters: { label: [`${TEST_LABEL}=${value}`] } });
       await Promise.all(leftovers.map((c) => docker.getContainer(c.Id).remove({ force: true, v: true }).catch((error: { statusCode?: number }) => {
-        if (error.statusCode !== 404) throw error;
+        // 404: gone; 409: a removal is already in progress.
+        if (error.statusCode !== 404 && error.statusCode !== 409) throw error;
       })));
       return leftovers.length;
     },

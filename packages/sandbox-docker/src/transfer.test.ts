@@ -14,15 +14,17 @@ const run = await dockerTestGate(docker);
 
 describe.skipIf(!run)("DockerSandbox file transfer", () => {
   const tracked = testContainers(docker, "transfer");
+  const runtime = new DockerRuntime({ docker });
   let sandbox: Sandbox;
   let host: string;
 
   beforeAll(async () => {
     host = await mkdtemp(join(tmpdir(), "proctor-transfer-"));
-    sandbox = await new DockerRuntime({ docker }).create({ image: BUSYBOX, labels: tracked.labels });
+    sandbox = await runtime.create({ image: BUSYBOX, labels: tracked.labels });
   });
   afterAll(async () => {
     await sandbox?.kill();
+    await runtime.drain();
     await tracked.cleanup();
     if (host) await rm(host, { recursive: true, force: true });
   });
