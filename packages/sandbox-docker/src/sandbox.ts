@@ -174,7 +174,7 @@ export class DockerSandbox implements Sandbox {
       throw new TransferError(`upload: host path ${hostPath} does not exist or cannot be read`, hostPath, { cause: error });
     }
     if (info.isDirectory()) {
-      await this.putArchive(target, () => packDirectory(hostPath), `upload ${hostPath}`);
+      await this.putArchive(target, (prefix) => packDirectory(hostPath, prefix === "" ? {} : { prefix }), `upload ${hostPath}`);
       return;
     }
     // A file goes into sandboxPath when that is a directory, else it is written as sandboxPath.
@@ -183,7 +183,7 @@ export class DockerSandbox implements Sandbox {
     const data = await readFile(hostPath);
     await this.putArchive(
       posix.dirname(dest),
-      () => packFiles([{ path: posix.basename(dest), data, mode: info.mode & 0o7777 }]),
+      (prefix) => packFiles([{ path: posix.join(prefix, posix.basename(dest)), data, mode: info.mode & 0o7777 }]),
       `upload ${hostPath}`,
     );
   }
@@ -193,7 +193,7 @@ export class DockerSandbox implements Sandbox {
     const target = this.resolve(sandboxPath);
     await this.putArchive(
       posix.dirname(target),
-      () => packFiles([{ path: posix.basename(target), data, mode: options.mode }]),
+      (prefix) => packFiles([{ path: posix.join(prefix, posix.basename(target)), data, mode: options.mode }]),
       `writeFile ${target}`,
     );
   }
@@ -365,17 +365,21 @@ export class DockerSandbox implements Sandbox {
     return -1;
   }
 
-  /** putArchive into `dir`, creating `dir` first when the daemon says it is missing. */
-  private async putArchive(dir: string, makeTar: () => Readable, operation: string): Promise<void> {
+  /**
+   * putArchive into `dir`. When the daemon says `dir` is missing, the same entries go to `/` under
+   * `dir`'s path instead (`makeTar(prefix)`): the daemon creates missing parents (root, 0755) like
+   * `mkdir -p` as root would, without an exec.
+   */
+  private async putArchive(dir: string, makeTar: (prefix: string) => Readable, operation: string): Promise<void> {
     try {
-      await this.container.putArchive(makeTar(), { path: dir });
+      await this.container.putArchive(makeTar(""), { path: dir });
       return;
     } catch (error) {
       if (!isMissingPath(error)) throw this.transferFailure(operation, dir, error);
     }
-    await this.mkdirp(dir, operation);
+    const prefix = posix.normalize(dir).replace(/^\/+/, "").replace(/\/+$/, "");
     try {
-      await this.container.putArchive(makeTar(), { path: dir });
+      await this.container.putArchive(makeTar(prefix), { path: "/" });
     } catch (error) {
       throw this.transferFailure(operation, dir, error);
     }
@@ -401,13 +405,6 @@ export class DockerSandbox implements Sandbox {
     }
     response.resume();
     return statKind(response, path, operation);
-  }
-
-  private async mkdirp(dir: string, operation: string): Promise<void> {
-    const result = await this.exec(["mkdir", "-p", dir], { user: "0", cwd: "/" });
-    if (result.exitCode !== 0) {
-      throw new TransferError(`${operation}: cannot create ${dir} in the sandbox: ${result.stderr.trim() || result.stdout.trim()}`, dir);
-    }
   }
 
   private transferFailure(operation: string, path: string, error: unknown): SandboxError {

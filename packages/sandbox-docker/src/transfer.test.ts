@@ -46,6 +46,8 @@ describe.skipIf(!run)("DockerSandbox file transfer", () => {
     expect(inside.exitCode).toBe(0);
     const md5 = (await import("node:crypto")).createHash("md5").update(binary).digest("hex");
     expect(inside.stdout).toBe(`ran\n755 run.sh\n600 nested/deeper/secret.txt\nnested/deeper/secret.txt\nempty\n${md5}  blob.bin\n`);
+    // Missing parents are made as `mkdir -p` as root would.
+    expect((await sandbox.exec(["stat", "-c", "%a %u", "/data"])).stdout).toBe("755 0\n");
 
     const back = join(host, "back");
     await sandbox.download("/data/in", back);
