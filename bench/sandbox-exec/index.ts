@@ -110,7 +110,8 @@ async function main(): Promise<void> {
     console.log(`                                 vs docker run --rm --network none ${ms(figures.lifecycle.dockerRunRmNetworkNoneP50Ms)}  ratio ${figures.lifecycle.ratioVsNetworkNone.toFixed(2)}x`);
   } finally {
     await sandbox.kill();
-    // Anything a failed iteration left behind.
+    // Background removals and sandboxes started ahead of demand, then anything a failed iteration left behind.
+    await runtime.drain();
     const left = await runtime.docker.listContainers({ all: true, filters: { label: [`proctor.bench=${labels["proctor.bench"]}`] } });
     await Promise.all(left.map((c) => runtime.docker.getContainer(c.Id).remove({ force: true, v: true })));
   }

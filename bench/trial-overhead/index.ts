@@ -1,19 +1,29 @@
 /**
  * bench/trial-overhead: N trivial trials (instant agent and verifier, prebuilt image) through
  * `proctor run -n P` vs the same trials through a plain docker-CLI pipeline at the same
- * parallelism (run -d, exec agent, cp tests, exec verifier, cp reward, rm -f), in one run.
+ * parallelism (run -d, exec agent, cp tests, exec verifier, cp reward, rm -f), in one run:
+ * `--rounds` rounds of both sides, the order alternating, so load drift hits both alike.
  *
- *   node --conditions=@proctor/source --import tsx bench/trial-overhead/index.ts [--trials 100] [--parallel 8]
+ *   node --conditions=@proctor/source --import tsx bench/trial-overhead/index.ts [--trials 100] [--parallel 8] [--rounds 2]
  */
 import { execFile, spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { mkdtemp, mkdir, rm, writeFile, chmod } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs, promisify } from "node:util";
 
 const run = promisify(execFile);
-const { values } = parseArgs({ options: { trials: { type: "string", default: "100" }, parallel: { type: "string", default: "8" }, image: { type: "string", default: "proctor/base:bookworm" } } });
+const { values } = parseArgs({
+  options: {
+    trials: { type: "string", default: "100" },
+    parallel: { type: "string", default: "8" },
+    rounds: { type: "string", default: "2" },
+    image: { type: "string", default: "proctor/base:bookworm" },
+  },
+});
 const trials = Number(values.trials);
+const rounds = Number(values.rounds);
 const parallel = Number(values.parallel);
 const image = values.image;
 const repo = resolve(import.meta.dirname, "../..");
@@ -51,10 +61,17 @@ async function pool(count: number, width: number, job: (i: number) => Promise<vo
   }));
 }
 
-function proctorRun(tasksDir: string, outDir: string): Promise<void> {
+/** Runs proctor; fails if the run left any container behind. */
+async function proctorRun(tasksDir: string, outDir: string, runId: string): Promise<void> {
+  await proctorCli(tasksDir, outDir, runId);
+  const left = (await run("docker", ["ps", "-aq", "--filter", `label=proctor.run=${runId}`])).stdout.trim();
+  if (left !== "") throw new Error(`proctor run ${runId} left containers behind: ${left.replace(/\n/g, " ")}`);
+}
+
+function proctorCli(tasksDir: string, outDir: string, runId: string): Promise<void> {
   return new Promise((done, fail) => {
     const child = spawn(process.execPath, ["--conditions=@proctor/source", "--import", "tsx", join(repo, "apps/cli/src/main.ts"),
-      "run", tasksDir, "-a", "nop", "--runtime", "docker", "-n", String(parallel), "-o", outDir, "--json"], { stdio: ["ignore", "pipe", "pipe"] });
+      "run", tasksDir, "-a", "nop", "--runtime", "docker", "-n", String(parallel), "-o", outDir, "--run-id", runId, "--json"], { stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (c: Buffer) => (stdout += c));
@@ -68,26 +85,51 @@ function proctorRun(tasksDir: string, outDir: string): Promise<void> {
   });
 }
 
+function load(): string {
+  return readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+}
+
 const work = await mkdtemp(join(tmpdir(), "proctor-bench-trials-"));
 try {
   await makeTasks(join(work, "tasks"));
   const testsDir = join(work, "tasks", "trivial-000", "tests");
-  await mkdir(join(work, "cli-out"));
-  console.log(`trial-overhead: ${trials} trivial trials, parallelism ${parallel}, image ${image}`);
+  console.log(`trial-overhead: ${trials} trivial trials per side per round, ${rounds} round(s), parallelism ${parallel}, image ${image}`);
+  console.log(`load average at start: ${load()}`);
 
-  let t = performance.now();
-  await pool(trials, parallel, (i) => cliTrial(i, testsDir, join(work, "cli-out")));
-  const cliMs = performance.now() - t;
-  console.log(`docker CLI pipeline : ${(cliMs / 1000).toFixed(1)} s  (${(cliMs / trials).toFixed(0)} ms/trial wall)`);
-
-  t = performance.now();
-  await proctorRun(join(work, "tasks"), join(work, "runs"));
-  const proctorMs = performance.now() - t;
-  console.log(`proctor run -n ${parallel}    : ${(proctorMs / 1000).toFixed(1)} s  (${(proctorMs / trials).toFixed(0)} ms/trial wall, CLI start-up included)`);
-
-  const perTrialBusyMs = (proctorMs * parallel) / trials;
-  console.log(`per-trial time in proctor (wall x parallelism / trials): ${perTrialBusyMs.toFixed(0)} ms; docker CLI: ${((cliMs * parallel) / trials).toFixed(0)} ms`);
-  console.log(`ratio proctor / docker CLI: ${(proctorMs / cliMs).toFixed(2)}x (target <= 0.4x)`);
+  // Alternate the order each round so drift in machine load hits both sides alike.
+  const cliTimes: number[] = [];
+  const proctorTimes: number[] = [];
+  for (let round = 1; round <= rounds; round++) {
+    const sides = [
+      async () => {
+        const out = join(work, `cli-out-${round}`);
+        await mkdir(out);
+        const t = performance.now();
+        await pool(trials, parallel, (i) => cliTrial(i, testsDir, out));
+        cliTimes.push(performance.now() - t);
+      },
+      async () => {
+        const t = performance.now();
+        await proctorRun(join(work, "tasks"), join(work, `runs-${round}`), `bench-trial-overhead-${process.pid}-${round}`);
+        proctorTimes.push(performance.now() - t);
+      },
+    ];
+    if (round % 2 === 0) sides.reverse();
+    for (const side of sides) await side();
+    const [cliMs, proctorMs] = [cliTimes.at(-1)!, proctorTimes.at(-1)!];
+    console.log(
+      `round ${round}: docker CLI ${(cliMs / 1000).toFixed(1)} s (${(cliMs / trials).toFixed(0)} ms/trial wall), ` +
+        `proctor ${(proctorMs / 1000).toFixed(1)} s (${(proctorMs / trials).toFixed(0)} ms/trial wall, CLI start-up included), ` +
+        `ratio ${(proctorMs / cliMs).toFixed(2)}x; load ${load()}`,
+    );
+  }
+  const cliMs = cliTimes.reduce((a, b) => a + b, 0);
+  const proctorMs = proctorTimes.reduce((a, b) => a + b, 0);
+  const n = trials * rounds;
+  console.log(`docker CLI pipeline : ${(cliMs / 1000).toFixed(1)} s  (${(cliMs / n).toFixed(0)} ms/trial wall)`);
+  console.log(`proctor run -n ${parallel}    : ${(proctorMs / 1000).toFixed(1)} s  (${(proctorMs / n).toFixed(0)} ms/trial wall, CLI start-up included)`);
+  console.log(`per-trial time in proctor (wall x parallelism / trials): ${((proctorMs * parallel) / n).toFixed(0)} ms; docker CLI: ${((cliMs * parallel) / n).toFixed(0)} ms`);
+  console.log(`ratio proctor / docker CLI: ${(proctorMs / cliMs).toFixed(2)}x (target <= 0.4x); load average at end: ${load()}`);
 } finally {
   await run("bash", ["-c", "docker rm -f $(docker ps -aq --filter label=proctor.bench=trial-overhead) >/dev/null 2>&1 || true"]);
   await rm(work, { recursive: true, force: true });
