@@ -5,6 +5,8 @@ import type { AgentSpec, RunConfig, TaskSpec } from "@proctor/schema";
 import { hashTask } from "@proctor/tasks";
 import stringify from "safe-stable-stringify";
 
+const HASH_CONCURRENCY = 16;
+
 /** run.json: the resolved config plus the hash a resume compares. */
 export type StoredRunConfig = RunConfig & { configHash: string };
 
@@ -37,7 +39,17 @@ export async function buildRunConfig(input: {
   timeoutMultiplier: number;
   defaultImage: string | null;
 }): Promise<StoredRunConfig> {
-  const tasks = await Promise.all(input.tasks.map(async (t) => ({ id: t.id, hash: await hashTask(t) })));
+  // Bounded: hashing 10,000 task dirs at once peaks at hundreds of MB for no speed gain.
+  const tasks: { id: string; hash: string }[] = [];
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(HASH_CONCURRENCY, input.tasks.length) }, async () => {
+      while (next < input.tasks.length) {
+        const t = input.tasks[next++] as TaskSpec;
+        tasks.push({ id: t.id, hash: await hashTask(t) });
+      }
+    }),
+  );
   tasks.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   const config: RunConfig = {
     runId: input.runId,
