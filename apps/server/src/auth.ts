@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders } from "node:http";
+import type { Sr25519Verifier } from "@proctor/auth";
 import {
   Allowlist,
   ReplayCache,
@@ -26,6 +27,8 @@ export interface AuthConfig {
   tokens?: readonly string[] | undefined;
   /** Accepted Epistula clock skew (default 30 s). */
   maxSkewMs?: number | undefined;
+  /** sr25519 verification engine (the server passes schnorrkel's WebAssembly build). */
+  verifier?: Sr25519Verifier | undefined;
   /** When set, Epistula-Signed-For must name this server's SS58 address. */
   signedFor?: string | undefined;
   logger: Logger;
@@ -106,6 +109,6 @@ export class RequestAuthenticator {
   /** The signature over sha256(body) (epistula only), then the replay check. */
   verifyBody(pending: PendingAuth, bodySha256Hex: string): { identity: string | null } {
     if (pending.epistula === null) return { identity: pending.identity };
-    return { identity: verifySignature(pending.epistula, bodySha256Hex, this.replayCache).hotkey };
+    return { identity: verifySignature(pending.epistula, bodySha256Hex, this.replayCache, { verifier: this.config.verifier }).hotkey };
   }
 }
