@@ -1,33 +1,13 @@
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { spawn, execFileSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { mkdtemp, readFile, readdir, rm, mkdir, writeFile, cp } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { dockerTestGate } from "@proctor/sandbox-docker";
+import { proctor, repoRoot as repo } from "./test-support";
 
-const repo = resolve(import.meta.dirname, "../../..");
 const examples = join(repo, "examples/tasks");
 const exampleIds = (await readdir(examples)).sort();
-
-interface Ran { code: number | null; stdout: string; stderr: string }
-
-function proctor(args: string[], options: { onStderr?: (text: string, child: ReturnType<typeof spawn>) => void } = {}): Promise<Ran> {
-  return new Promise((done, fail) => {
-    const child = spawn(process.execPath, ["--conditions=@proctor/source", "--import", "tsx", join(repo, "apps/cli/src/main.ts"), ...args], {
-      cwd: repo,
-      env: { ...process.env, FORCE_COLOR: "0" },
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on("data", (c: Buffer) => {
-      stderr += c.toString();
-      options.onStderr?.(stderr, child);
-    });
-    child.on("error", fail);
-    child.on("close", (code) => done({ code, stdout, stderr }));
-  });
-}
 
 let out: string;
 beforeAll(async () => {

@@ -1,27 +1,12 @@
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { spawn, execFileSync, type ChildProcess } from "node:child_process";
+import { execFileSync, type ChildProcess } from "node:child_process";
 import { mkdtemp, rm, mkdir, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
+import { finish, spawnProctor } from "./test-support";
 
-const repoRoot = resolve(import.meta.dirname, "../../..");
 const ALICE = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY";
-const cli = (args: string[], env: Record<string, string> = {}) =>
-  spawn(process.execPath, ["--conditions=@proctor/source", "--import", "tsx", join(repoRoot, "apps/cli/src/main.ts"), ...args], {
-    cwd: repoRoot,
-    env: { ...process.env, ...env },
-  });
-
-function finish(child: ChildProcess): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((done, fail) => {
-    let stdout = "";
-    let stderr = "";
-    child.stdout?.on("data", (c: Buffer) => (stdout += c.toString()));
-    child.stderr?.on("data", (c: Buffer) => (stderr += c.toString()));
-    child.on("error", fail);
-    child.on("close", (code) => done({ code, stdout, stderr }));
-  });
-}
+const cli = spawnProctor;
 
 let work: string;
 let server: ChildProcess;

@@ -1,7 +1,6 @@
-import { randomBytes } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { z } from "zod";
 
@@ -43,19 +42,6 @@ export function batchesRoot(dataDir: string): string {
 
 export function stagingDir(dataDir: string): string {
   return join(dataDir, "staging");
-}
-
-/** Write JSON so a reader sees the old file or the new one, never half of one. */
-export async function writeJsonAtomic(path: string, value: unknown): Promise<void> {
-  await mkdir(dirname(path), { recursive: true });
-  const temp = `${path}.${randomBytes(4).toString("hex")}.tmp`;
-  try {
-    await writeFile(temp, `${JSON.stringify(value, null, 2)}\n`);
-    await rename(temp, path);
-  } catch (error) {
-    await rm(temp, { force: true });
-    throw error;
-  }
 }
 
 /** A JSON file's parsed content, or null when it does not exist. */
