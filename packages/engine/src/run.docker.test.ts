@@ -7,7 +7,7 @@ import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun, type RunOptions } from "./run";
 import {
-  ADVERSARIAL_TASKS, CHEATER, ESCAPER, EXAMPLES_DIR, LINGERER, byTask, readResultsFile, tempDir, writeAgent, writeTasks,
+  ADVERSARIAL_TASKS, CHEATER, ESCAPER, EXAMPLES_DIR, LINGERER, TOOL_SWAPPER, byTask, readResultsFile, tempDir, writeAgent, writeTasks,
 } from "./testing/fixtures";
 
 const IMAGE = "proctor/base:bookworm";
@@ -85,6 +85,15 @@ describe.skipIf(!haveDocker)("engine on Docker", () => {
     const [echoed] = await readResultsFile(echo.runDir);
     expect(echoed).toMatchObject({ status: "passed", reward: 1 });
     expect(await readFile(join(echo.runDir, "trials", "echo-check__1", "agent", "stdout.txt"), "utf8")).toContain("file matches env: yes");
+  });
+
+  test("an agent that plants a reward and replaces rm and ls gains nothing", async () => {
+    const swapper = await writeAgent(root.path, "swapper", TOOL_SWAPPER);
+    const handle = run("swapper", { tasks: adversarial.filter((t) => t.id === "silent-verifier"), agent: { kind: "code", dir: swapper } });
+    await handle.done;
+    const [result] = await readResultsFile(handle.runDir);
+    expect(result).toMatchObject({ status: "error", reward: null, error: { kind: "verifier" } });
+    expect(result?.error?.message).toMatch(/reward\.txt still existed .* tampered/);
   });
 
   test("abort mid-run removes every container; resume finishes without rerunning finished trials", async () => {

@@ -442,6 +442,20 @@ function cleanupScript(docker: boolean, prepare: { testsDir: boolean } | null): 
   return parts.length === 0 ? null : parts.join("\n");
 }
 
+/** Reward files present in /logs/verifier, read through the runtime; anything there counts, readable or not. */
+async function survivingRewardFiles(sandbox: Sandbox): Promise<string[]> {
+  const names = ["reward.json", "reward.txt"];
+  const found = await Promise.all(
+    names.map((name) =>
+      sandbox.readFile(`${SANDBOX_PATHS.verifierLogs}/${name}`, { maxBytes: REWARD_MAX_BYTES }).then(
+        (data) => data !== null,
+        () => true, // present but not a readable file (a directory, a huge file): still planted
+      ),
+    ),
+  );
+  return names.filter((_, i) => found[i]).map((name) => `${SANDBOX_PATHS.verifierLogs}/${name}`);
+}
+
 /** What the reward-file verifier left for readReward. */
 interface Verified {
   result: ExecResult;
@@ -500,7 +514,17 @@ async function verify(
     return null;
   }
 
-  // reward-file: /logs/verifier is now empty and /tests fresh (see cleanupScript).
+  // reward-file: /logs/verifier is now empty and /tests fresh (see cleanupScript). The emptying
+  // ran with the container's own rm and ls, which an agent running as root can replace; check
+  // through the runtime itself (the daemon's archive API, not a process in the sandbox).
+  const planted = await survivingRewardFiles(sandbox);
+  if (planted.length > 0) {
+    state.errors.push({
+      kind: "verifier",
+      message: `${planted.join(" and ")} still existed after /logs/verifier was emptied before verification: the agent tampered with the sandbox's tools, so this trial cannot be scored`,
+    });
+    return null;
+  }
   if (verifier.testsDir) await sandbox.upload(verifier.testsDir, SANDBOX_PATHS.tests);
 
   const out = await CappedFile.open(join(trialDir, "verifier", "test-stdout.txt"), VERIFIER_LOG_BYTES);

@@ -142,3 +142,10 @@ export function inlineTask(id: string, sourcePath: string, overrides: Partial<Ta
     ...overrides,
   };
 }
+
+/** Plants a reward, then makes rm and ls no-ops so the in-container emptying of /logs/verifier "succeeds". */
+export const TOOL_SWAPPER = `
+V="\${PROCTOR_VERIFIER_LOGS_DIR:-/logs/verifier}"
+mkdir -p "$V"; echo 1 > "$V/reward.txt"
+for t in rm ls; do p=$(command -v "$t") && printf '#!/bin/sh\\nexit 0\\n' > "$p"; done
+echo swapped`;
