@@ -7,7 +7,7 @@ import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun, type RunOptions } from "./run";
 import {
-  ADVERSARIAL_TASKS, CHEATER, ESCAPER, EXAMPLES_DIR, LINGERER, TOOL_SWAPPER, byTask, readResultsFile, tempDir, writeAgent, writeTasks,
+  ADVERSARIAL_TASKS, CHEATER, ESCAPER, EXAMPLES_DIR, LINGERER, SANDBOX_KILLER, TOOL_SWAPPER, byTask, readResultsFile, tempDir, writeAgent, writeTasks,
 } from "./testing/fixtures";
 
 const IMAGE = "proctor/base:bookworm";
@@ -94,6 +94,19 @@ describe.skipIf(!haveDocker)("engine on Docker", () => {
     const [result] = await readResultsFile(handle.runDir);
     expect(result).toMatchObject({ status: "error", reward: null, error: { kind: "verifier" } });
     expect(result?.error?.message).toMatch(/reward\.txt still existed .* tampered/);
+  });
+
+  test("an agent that kills its own sandbox gets an agent error, not a retry or a pass, and leaves nothing", async () => {
+    const killer = await writeAgent(root.path, "killer", SANDBOX_KILLER);
+    const handle = run("killer", { tasks: adversarial.filter((t) => t.id === "needs-work"), agent: { kind: "code", dir: killer } });
+    const retries: string[] = [];
+    handle.bus.subscribe((e) => void (e.type === "trial_retry" && retries.push(e.trialId)));
+    await handle.done;
+    const [result] = await readResultsFile(handle.runDir);
+    expect(result).toMatchObject({ status: "error", reward: null, retries: 0, error: { kind: "agent" } });
+    expect(result?.error?.message).toContain("the sandbox stopped during the agent's run");
+    expect(retries).toEqual([]);
+    expect(containersOf(handle.runId)).toEqual([]);
   });
 
   test("abort mid-run removes every container; resume finishes without rerunning finished trials", async () => {

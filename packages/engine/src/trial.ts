@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { AgentError, AgentSetupError, CappedFile, type Agent, type AgentContext } from "@proctor/agents";
 import { isPass, parseReward } from "@proctor/reward";
 import {
-  ImageError, RuntimeUnavailableError, SANDBOX_PATHS, SandboxError, SandboxStartError, TransferError, retry,
+  ImageError, RuntimeUnavailableError, SANDBOX_PATHS, SandboxError, SandboxStartError, SandboxStoppedError, TransferError, retry,
   type Clock, type ExecResult, type Sandbox, type SandboxRuntime,
 } from "@proctor/sandbox";
 import type { CheckResult, EventBody, Logger, Phase, PhaseTiming, TaskSpec, TrialError, TrialResult } from "@proctor/schema";
@@ -279,6 +279,8 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
 function classify(error: unknown): TrialError["kind"] {
   if (error instanceof WorkspaceError) return "setup";
   if (error instanceof AgentError) return "agent";
+  // Only processes inside the sandbox (the agent's, or its memory use) stop a started sandbox.
+  if (error instanceof SandboxStoppedError) return "agent";
   return "infra";
 }
 
@@ -554,8 +556,20 @@ async function verify(
 /** Runs the cleanup script (null: nothing to do); a failed kill of leftovers is logged, the caller judges the exit code. */
 async function cleanup(sandbox: Sandbox, env: TrialEnvironment, signal: AbortSignal, script: string | null, taskId: string): Promise<ExecResult | null> {
   if (script === null) return null;
-  const result = await sandbox.exec(["/bin/sh", "-c", script], { ...(sandbox.runtime === "docker" ? { user: "root" } : {}), timeoutMs: HOUSEKEEPING_MS, signal });
+  // The first exec after the agent: if the agent stopped its own sandbox, say so (an agent error,
+  // not retried) whichever way the daemon reports the dead container.
+  const stopped = async (): Promise<boolean> => (sandbox.isRunning ? !(await sandbox.isRunning()) : false);
+  const stoppedError = () =>
+    new SandboxStoppedError("the sandbox stopped during the agent's run (every process in it was killed, or it ran out of memory), so nothing could be verified");
+  let result: ExecResult;
+  try {
+    result = await sandbox.exec(["/bin/sh", "-c", script], { ...(sandbox.runtime === "docker" ? { user: "root" } : {}), timeoutMs: HOUSEKEEPING_MS, signal });
+  } catch (error) {
+    if (!signal.aborted && (await stopped())) throw stoppedError();
+    throw error;
+  }
   if (signal.aborted) throw signal.reason;
+  if (result.exitCode !== 0 && (await stopped())) throw stoppedError();
   if (result.timedOut) env.logger.warn("killing the agent's leftover processes / emptying the verifier dir timed out", { taskId });
   return result;
 }

@@ -10,6 +10,7 @@ import { packDirectory, packFiles } from "@proctor/archive";
 import {
   OutputCollector,
   SandboxClosedError,
+  SandboxStoppedError,
   buildExecResult,
   normalizeSandboxPath,
   SandboxError,
@@ -83,7 +84,7 @@ export class DockerSandbox implements Sandbox {
       });
       stream = await exec.start({ hijack: true, stdin: hasStdin });
     } catch (error) {
-      throw this.failure(`exec ${JSON.stringify(argv)}`, error);
+      throw this.failure(`exec ${describeArgv(argv)}`, error);
     }
 
     let killed: Promise<void> | undefined;
@@ -151,7 +152,7 @@ export class DockerSandbox implements Sandbox {
           .then(() => this.logger.warn("exec output still open after its process tree was killed; stopped waiting", { id: this.id })),
       ]);
     } catch (error) {
-      throw this.failure(`exec ${JSON.stringify(argv)}`, error);
+      throw this.failure(`exec ${describeArgv(argv)}`, error);
     } finally {
       waiting = false;
       clearTimeout(timer);
@@ -305,6 +306,17 @@ export class DockerSandbox implements Sandbox {
     }
   }
 
+  async isRunning(): Promise<boolean> {
+    if (this.closed) return false;
+    try {
+      const info = await this.container.inspect();
+      return info.State.Running === true;
+    } catch (error) {
+      if ((error as { statusCode?: number }).statusCode === 404) return false;
+      throw this.failure("inspecting the container", error);
+    }
+  }
+
   private assertOpen(operation: string): void {
     if (this.closed) throw new SandboxClosedError(`${operation}: sandbox ${this.id} was killed`);
   }
@@ -317,6 +329,9 @@ export class DockerSandbox implements Sandbox {
   private failure(operation: string, error: unknown): SandboxError {
     if (error instanceof SandboxError) return error;
     if (this.closed) return new SandboxClosedError(`${operation}: sandbox ${this.id} was killed`, { cause: error });
+    if ((error as { statusCode?: number }).statusCode === 409 && /is not running/.test(daemonMessage(error))) {
+      return new SandboxStoppedError(`${operation}: container ${this.id} is no longer running (a process inside it ended its main process, or it ran out of memory)`, { cause: error });
+    }
     return new SandboxError(`${operation} in container ${this.id} failed: ${daemonMessage(error)}`, { cause: error });
   }
 
@@ -473,4 +488,10 @@ function isMissingContainer(error: unknown): boolean {
 /** 404 for a path inside a live container ("Could not find the file ..."). */
 function isMissingPath(error: unknown): boolean {
   return statusCode(error) === 404 && !isMissingContainer(error);
+}
+
+/** An exec's argv for error messages: long scripts are cut, the start says which one it was. */
+function describeArgv(argv: readonly string[]): string {
+  const text = JSON.stringify(argv);
+  return text.length <= 160 ? text : `${text.slice(0, 157)}...`;
 }

@@ -24,6 +24,14 @@ export class SandboxStartError extends SandboxError {
   override name = "SandboxStartError";
 }
 
+/**
+ * The sandbox stopped under an operation: something inside it ended its main process (an agent
+ * running `kill -9 -1`, the kernel's OOM killer). Not the runtime's fault, so not retried.
+ */
+export class SandboxStoppedError extends SandboxError {
+  override name = "SandboxStoppedError";
+}
+
 /** An operation on a sandbox that is already killed. */
 export class SandboxClosedError extends SandboxError {
   override name = "SandboxClosedError";

@@ -79,6 +79,11 @@ export interface Sandbox extends AsyncDisposable {
   download(sandboxPath: string, hostDir: string): Promise<void>;
   /** Kill everything and remove the sandbox. Safe to call twice and concurrently. */
   kill(): Promise<void>;
+  /**
+   * False once the sandbox has stopped by itself (its main process ended: an agent killed every
+   * process, the OOM killer). Lets a caller tell the agent's sabotage from a runtime failure.
+   */
+  isRunning?(): Promise<boolean>;
 }
 
 export interface SandboxRuntime {

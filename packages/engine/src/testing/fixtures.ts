@@ -149,3 +149,9 @@ V="\${PROCTOR_VERIFIER_LOGS_DIR:-/logs/verifier}"
 mkdir -p "$V"; echo 1 > "$V/reward.txt"
 for t in rm ls; do p=$(command -v "$t") && printf '#!/bin/sh\\nexit 0\\n' > "$p"; done
 echo swapped`;
+
+/** Kills every process in its sandbox, the container's main process included. */
+export const SANDBOX_KILLER = `
+kill -9 -1
+kill -9 1
+sleep 1`;
