@@ -110,12 +110,13 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--retention-days <days>", "delete finished batches older than this", positiveNumber("--retention-days"))
     .option("--allow-local-repos", "let uploads name repositories on this machine's disk", false)
     .option("--insecure", "allow --auth none on a non-loopback address", false)
+    .option("--unsafe-local-runtime", "run uploads on the local runtime (host processes, no isolation): trusted uploads only", false)
     .action(async (o) =>
       setExitCode(
         await serveCommand({
           host: o.host, port: o.port, dataDir: o.dataDir, auth: o.auth, runtime: o.runtime, defaultImage: o.defaultImage,
           maxActiveBatches: o.maxActiveBatches, maxQueuedBatches: o.maxQueuedBatches, maxConcurrentTasks: o.maxConcurrentTasks,
-          insecure: o.insecure, hotkeysFile: o.hotkeysFile, retentionDays: o.retentionDays, allowLocalRepos: o.allowLocalRepos, logger,
+          insecure: o.insecure, hotkeysFile: o.hotkeysFile, retentionDays: o.retentionDays, allowLocalRepos: o.allowLocalRepos, unsafeLocalRuntime: o.unsafeLocalRuntime, logger,
         }),
       ),
     );

@@ -32,7 +32,7 @@ beforeAll(async () => {
   archive = join(work, "sub.tar.gz");
   execFileSync("tar", ["-czf", archive, "-C", sub, "."]);
 
-  server = cli(["serve", "--port", "0", "--data-dir", join(work, "data"), "--runtime", "local", "--allow-local-repos"], { PROCTOR_HOTKEYS: ALICE });
+  server = cli(["serve", "--port", "0", "--data-dir", join(work, "data"), "--runtime", "local", "--unsafe-local-runtime", "--allow-local-repos"], { PROCTOR_HOTKEYS: ALICE });
   url = await new Promise<string>((done, fail) => {
     let seen = "";
     server.stderr?.on("data", (c: Buffer) => {
@@ -61,6 +61,12 @@ describe("proctor serve + proctor submit", () => {
     const r = await finish(cli(["submit", archive, "--server", url], { PROCTOR_HOTKEY_URI: "//Bob" }));
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/403 .*not on this server's allowlist/);
+  });
+
+  test("serve refuses to run uploads on the local runtime without --unsafe-local-runtime", async () => {
+    const r = await finish(cli(["serve", "--port", "0", "--data-dir", join(work, "data-refused"), "--runtime", "local"], { PROCTOR_HOTKEYS: ALICE }));
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("no isolation");
   });
 
   test("submit without credentials is a usage error", async () => {

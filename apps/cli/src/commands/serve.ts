@@ -18,6 +18,7 @@ export interface ServeOptions {
   hotkeysFile?: string;
   retentionDays?: number;
   allowLocalRepos: boolean;
+  unsafeLocalRuntime: boolean;
   logger: Logger;
 }
 
@@ -27,6 +28,12 @@ export async function serveCommand(options: ServeOptions): Promise<number> {
     throw new UsageError(`--auth must be one of ${AUTH_MODES.join(", ")}, got "${options.auth}"`);
   }
   const runtime = await openRuntime(parseRuntimeChoice(options.runtime), options.logger);
+  if (runtime.name === "local" && !options.unsafeLocalRuntime) {
+    throw new UsageError(
+      "proctor serve would run uploaded agent code on the local runtime: host processes with no isolation. " +
+        "Start a Docker engine (tools/docker/ensure-engine.sh) and use --runtime docker, or pass --unsafe-local-runtime if every upload is trusted.",
+    );
+  }
   const server = await startServer({
     host: options.host,
     port: options.port,
