@@ -41,3 +41,12 @@ export class AgentSetupError extends AgentError {
     super(message, options);
   }
 }
+
+/**
+ * An error no later trial can avoid (a rejected model API key, an unknown model): the engine
+ * stops the whole run at once, keeps every finished trial, and the CLI exits with code 4.
+ * Its message must name what to fix and never carry a secret.
+ */
+export class RunFatalAgentError extends AgentError {
+  override name = "RunFatalAgentError";
+}

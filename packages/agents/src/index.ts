@@ -4,4 +4,4 @@ export { createAgent } from "./create";
 export { oracleAgent, nopAgent } from "./builtin";
 export { codeAgent, resolveEntrypoint, ENTRYPOINT_FILES } from "./code";
 export { CappedFile, execLogged, DEFAULT_LOG_CAP_BYTES } from "./capture";
-export { AgentError, AgentConfigError, AgentSetupError, MissingSolutionError } from "./errors";
+export { AgentError, AgentConfigError, AgentSetupError, MissingSolutionError, RunFatalAgentError } from "./errors";

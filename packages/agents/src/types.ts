@@ -25,6 +25,10 @@ export interface AgentRunResult {
   durationMs: number;
   /** True when stdout or stderr went past the capture cap and the log file was cut. */
   outputTruncated: boolean;
+  /** Model the agent talked to, if any (recorded in result.json `agent.model`). */
+  model?: string;
+  /** Token and request counts of a model-driven agent (recorded in result.json `agent.usage`). */
+  usage?: { inputTokens: number; outputTokens: number; requests: number; retries: number };
 }
 
 /**
