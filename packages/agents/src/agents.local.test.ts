@@ -24,7 +24,7 @@ const task = (overrides: Partial<TaskSpec> = {}): TaskSpec => ({
   tags: [],
   environment: { dockerImage: null, buildContext: null, buildTimeoutSec: 600, cpus: null, memoryMb: null, storageMb: null, gpus: 0, allowInternet: false, workdir: null, env: {} },
   agent: { timeoutSec: 30 },
-  verifier: { mode: "reward-file", testsDir: null, command: "true", timeoutSec: 30, env: {} },
+  verifier: { mode: "reward-file", testsDir: null, command: "true", timeoutSec: 30, env: {}, isolateProcesses: false, allowChanges: [] },
   solution: null,
   workspace: null,
   extra: {},

@@ -1,6 +1,7 @@
 import type { AgentSpec } from "@proctor/schema";
 import { nopAgent, oracleAgent } from "./builtin";
 import { codeAgent } from "./code";
+import { AgentConfigError } from "./errors";
 import type { Agent } from "./types";
 
 /** The agent an AgentSpec names. Throws AgentConfigError for a code agent without an entrypoint. */
@@ -12,5 +13,7 @@ export function createAgent(spec: AgentSpec): Agent {
       return nopAgent();
     case "code":
       return codeAgent(spec.dir);
+    case "custom":
+      throw new AgentConfigError(`agent "${spec.name}" is a custom Agent object: pass the object itself to the engine, not its spec`, spec.name);
   }
 }

@@ -33,11 +33,13 @@ export async function buildRunConfig(input: {
   tasks: readonly TaskSpec[];
   sources: readonly string[];
   agent: AgentSpec;
-  runtime: "docker" | "local";
+  runtime: string;
   attempts: number;
   concurrency: number;
   timeoutMultiplier: number;
   defaultImage: string | null;
+  isolateVerifier: boolean | null;
+  limits: Record<string, unknown> | null;
 }): Promise<StoredRunConfig> {
   // Bounded: hashing 10,000 task dirs at once peaks at hundreds of MB for no speed gain.
   const tasks: { id: string; hash: string }[] = [];
@@ -62,6 +64,9 @@ export async function buildRunConfig(input: {
     concurrency: input.concurrency,
     timeoutMultiplier: input.timeoutMultiplier,
     defaultImage: input.defaultImage,
+    // Left out when not set, so runs made before these options existed keep their hash.
+    ...(input.isolateVerifier !== null ? { isolateVerifier: input.isolateVerifier } : {}),
+    ...(input.limits !== null ? { limits: input.limits } : {}),
   };
   return { ...config, configHash: configHash(config) };
 }

@@ -1,7 +1,11 @@
 export { startRun } from "./run";
 export type { RunOptions, RunHandle } from "./run";
-export { runTrial, trialIdOf, isRetryableInfra, CHECK_OUTPUT_BYTES, KILL_STRAYS_SCRIPT } from "./trial";
-export type { TrialEnvironment } from "./trial";
+export { runTrial, isRetryableInfra } from "./trial/trial";
+export { trialIdOf } from "./ids";
+export { CHECK_OUTPUT_BYTES } from "./trial/context";
+export type { TrialEnvironment, TrialLimits, RunLimits } from "./trial/context";
+export { findTampering } from "./integrity";
+export type { TamperProbe } from "./integrity";
 export { buildRunConfig, configHash, describeConfigChanges, hashDirectory } from "./config";
 export type { StoredRunConfig } from "./config";
 export { RepoCache, repoUrl } from "./workspace";

@@ -1,7 +1,7 @@
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import {
-  ImageError, LocalRuntime, ManualClock, SandboxStartError,
+  ImageError, LOCAL_CAPABILITIES, LocalRuntime, ManualClock, SandboxStartError,
   type ImageRequest, type Sandbox, type SandboxCreateOptions, type SandboxRuntime,
 } from "@proctor/sandbox";
 import type { TaskSpec } from "@proctor/schema";
@@ -12,7 +12,8 @@ import { EXAMPLES_DIR, readResultsFile, tempDir } from "./testing/fixtures";
 
 /** The real local runtime, with the first `failures` calls of one method failing as a daemon hiccup would. */
 class FlakyRuntime implements SandboxRuntime {
-  readonly name = "local" as const;
+  readonly name = "local";
+  readonly capabilities = LOCAL_CAPABILITIES;
   calls = 0;
   constructor(private readonly inner: SandboxRuntime, private failures: number, private readonly error: () => Error, private readonly where: "resolveImage" | "create") {}
   private maybeFail(method: string): void {

@@ -75,12 +75,21 @@ describe.skipIf(!haveDocker)("engine on Docker", () => {
     const cheated = byTask(await readResultsFile(cheat.runDir));
     expect(cheated["needs-work"]).toMatchObject({ status: "failed", reward: 0 });
     expect(cheated["silent-verifier"]).toMatchObject({ status: "error", reward: null, error: { kind: "verifier" } });
-    expect(await readFile(join(cheat.runDir, "trials", "needs-work__1", "agent", "seen.txt"), "utf8")).toBe("tests=absent\nsolution=absent\n");
+    expect(await readFile(join(cheat.runDir, "trials", "needs-work__1", "logs", "agent", "seen.txt"), "utf8")).toBe("tests=absent\nsolution=absent\n");
 
-    for (const handle of [linger, escape]) {
-      const [result] = await readResultsFile(handle.runDir);
-      expect(result, handle.runId).toMatchObject({ status: "failed", reward: 0, agent: { timedOut: true } });
-    }
+    // The agent's own process tree ends with its timeout...
+    const [lingered] = await readResultsFile(linger.runDir);
+    expect(lingered).toMatchObject({ status: "failed", reward: 0, agent: { timedOut: true } });
+    // ...but a job that left its session stays alive through verification (as in Harbor: tests may
+    // need services the agent started); it is listed, and the pass it made is flagged.
+    const [escaped] = await readResultsFile(escape.runDir);
+    expect(escaped).toMatchObject({ status: "passed", agent: { timedOut: true }, integrity: { isolation: "shared", flagged: true } });
+    expect(escaped?.integrity?.survivors.length).toBeGreaterThan(0);
+    // Strict isolation ends it before the verifier starts.
+    const isolated = run("escaper-isolated", { tasks: pick("late-worker"), agent: { kind: "code", dir: escaper }, isolateVerifier: true });
+    await isolated.done;
+    const [strict] = await readResultsFile(isolated.runDir);
+    expect(strict).toMatchObject({ status: "failed", reward: 0, integrity: { isolation: "isolated", survivors: [] } });
 
     const [echoed] = await readResultsFile(echo.runDir);
     expect(echoed).toMatchObject({ status: "passed", reward: 1 });
@@ -92,8 +101,9 @@ describe.skipIf(!haveDocker)("engine on Docker", () => {
     const handle = run("swapper", { tasks: adversarial.filter((t) => t.id === "silent-verifier"), agent: { kind: "code", dir: swapper } });
     await handle.done;
     const [result] = await readResultsFile(handle.runDir);
+    // Proctor empties /logs/verifier with its own read-only busybox: the planted reward is gone.
     expect(result).toMatchObject({ status: "error", reward: null, error: { kind: "verifier" } });
-    expect(result?.error?.message).toMatch(/reward\.txt still existed .* tampered/);
+    expect(result?.error?.message).toMatch(/the verifier wrote no reward/);
   });
 
   test("an agent that kills its own sandbox gets an agent error, not a retry or a pass, and leaves nothing", async () => {

@@ -97,7 +97,7 @@ describe("engine on the local runtime", () => {
     expect(summary.trials.passed).toBe(1);
     const stdout = await readFile(join(handle.runDir, "trials", "echo-check__1", "agent", "stdout.txt"), "utf8");
     expect(stdout).toContain("file matches env: yes");
-    expect(await readFile(join(handle.runDir, "trials", "echo-check__1", "agent", "instruction.md"), "utf8")).toBe("The magic words are PINEAPPLE-42.");
+    expect(await readFile(join(handle.runDir, "trials", "echo-check__1", "logs", "agent", "instruction.md"), "utf8")).toBe("The magic words are PINEAPPLE-42.");
   });
 
   test("an agent that plants a reward gains nothing, and never sees /tests or /solution", async () => {
@@ -109,7 +109,7 @@ describe("engine on the local runtime", () => {
     expect(results["needs-work"]).toMatchObject({ status: "failed", reward: 0 });
     expect(results["silent-verifier"]).toMatchObject({ status: "error", reward: null, error: { kind: "verifier" } });
     expect(results["silent-verifier"]?.error?.message).toMatch(/reward/);
-    const seen = await readFile(join(handle.runDir, "trials", "needs-work__1", "agent", "seen.txt"), "utf8");
+    const seen = await readFile(join(handle.runDir, "trials", "needs-work__1", "logs", "agent", "seen.txt"), "utf8");
     expect(seen).toBe("tests=absent\nsolution=absent\n");
   });
 
@@ -206,6 +206,8 @@ describe("engine on the local runtime", () => {
       testsDir,
       timeoutSec: 30,
       env: {},
+      isolateProcesses: false,
+      allowChanges: [],
       checks: commands.map((command, i) => ({ name: `c${i}`, command, timeoutSec: i === 2 ? 1 : 30 })),
     });
     const tasks = [
@@ -243,6 +245,8 @@ describe("engine on the local runtime", () => {
       testsDir: null,
       timeoutSec: 30,
       env: {},
+      isolateProcesses: false,
+      allowChanges: [],
       checks: [
         { name: "at-base", command: `grep -qx v1 version.txt && [ "$(git rev-parse HEAD)" = ${base} ]`, timeoutSec: 30 },
         { name: "installed", command: "test -f installed", timeoutSec: 30 },

@@ -1,7 +1,7 @@
 import { closeSync, existsSync, openSync, readSync, statSync } from "node:fs";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
-import { createAgent } from "@proctor/agents";
+import { createAgent, RunFatalAgentError, type Agent } from "@proctor/agents";
 import { EventBus, JsonlSink, readJsonl } from "@proctor/events";
 import { summarize } from "@proctor/reward";
 import { systemClock, type Clock, type SandboxRuntime } from "@proctor/sandbox";
@@ -9,7 +9,9 @@ import { RunSummary, TrialResult, silentLogger, type AgentSpec, type Logger, typ
 import { buildRunConfig, describeConfigChanges, type StoredRunConfig } from "./config";
 import { ConfigMismatchError, EngineError, RunDirectoryError } from "./errors";
 import { SerialQueue, writeJsonAtomic } from "./store";
-import { runTrial, trialIdOf, type TrialEnvironment } from "./trial";
+import { trialIdOf } from "./ids";
+import { effectiveLimits, isolates, type RunLimits, type TrialEnvironment } from "./trial/context";
+import { runTrial } from "./trial/trial";
 import { RepoCache } from "./workspace";
 
 export interface RunOptions {
@@ -17,7 +19,9 @@ export interface RunOptions {
   /** The run directory (`<runs-root>/<run-id>`); created if absent. */
   runDir: string;
   tasks: TaskSpec[];
-  agent: AgentSpec;
+  /** A built-in agent by spec, or any object implementing Agent. */
+  agent: AgentSpec | Agent;
+  /** Any SandboxRuntime: DockerRuntime, LocalRuntime, or a library user's own. */
   runtime: SandboxRuntime;
   /** Trials running at once (>= 1). */
   concurrency: number;
@@ -42,6 +46,14 @@ export interface RunOptions {
   clock?: Clock;
   /** Bare-repo cache for workspace tasks. Default `<runs-root>/../.cache/repos`. */
   cacheDir?: string;
+  /**
+   * true: every task's verifier starts with no agent process alive (strict isolation); false:
+   * agent processes stay alive through verification for every task. Default: each task decides
+   * (`[verifier] isolate_processes`; term-executor check tasks isolate).
+   */
+  isolateVerifier?: boolean;
+  /** Resource limits: defaults for tasks that set none, maxima no task may exceed, log bytes per trial. */
+  limits?: RunLimits;
 }
 
 export interface RunHandle {
@@ -131,18 +143,23 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
   const resultsPath = join(runDir, "results.jsonl");
   const summaryPath = join(runDir, "summary.json");
 
-  const agent = createAgent(options.agent);
+  const agent = isAgentObject(options.agent) ? options.agent : createAgent(options.agent);
+  const agentSpec: AgentSpec = isAgentObject(options.agent) ? { kind: "custom", name: options.agent.name } : options.agent;
+  const limits = options.limits ?? {};
+  checkRunnable(options.tasks, options.runtime, options.isolateVerifier ?? null, limits);
   await mkdir(join(runDir, "trials"), { recursive: true });
   const config = await buildRunConfig({
     runId,
     tasks: options.tasks,
     sources: options.sources ?? [],
-    agent: options.agent,
+    agent: agentSpec,
     runtime: options.runtime.name,
     attempts: options.attempts,
     concurrency: options.concurrency,
     timeoutMultiplier: options.timeoutMultiplier,
     defaultImage: options.defaultImage ?? null,
+    isolateVerifier: options.isolateVerifier ?? null,
+    limits: options.limits ? { ...options.limits } : null,
   });
 
   let finished: TrialResult[] = [];
@@ -197,6 +214,8 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     clock: options.clock ?? systemClock,
     maxInfraRetries: options.maxInfraRetries ?? 2,
     retryBaseDelayMs: options.retryBaseDelayMs ?? 1000,
+    limits,
+    isolateVerifier: options.isolateVerifier ?? null,
   };
 
   const record = (result: TrialResult) =>
@@ -252,7 +271,7 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     logger.info("run finished", { runId, status: summary.status, passed: summary.trials.passed, total: summary.trials.total });
     return summary;
   } catch (error) {
-    const summary = summaryNow("failed");
+    const summary: RunSummary = { ...summaryNow("failed"), ...(error instanceof RunFatalAgentError ? { error: error.message } : {}) };
     await writes.run(() => writeJsonAtomic(summaryPath, summary)).catch((writeError: unknown) =>
       logger.error("writing summary.json failed", { runId, error: writeError instanceof Error ? writeError.message : String(writeError) }),
     );
@@ -269,4 +288,36 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     unsubscribeSink();
     await Promise.all([sink.close(), resultsSink.close()]);
   }
+}
+
+function isAgentObject(agent: AgentSpec | Agent): agent is Agent {
+  return typeof (agent as Agent).run === "function";
+}
+
+/**
+ * Refuses, before any trial starts, a run its runtime cannot honour: strict verifier isolation
+ * on a runtime without killAll, or a task asking for more than the run's maxima.
+ */
+function checkRunnable(tasks: readonly TaskSpec[], runtime: SandboxRuntime, isolateVerifier: boolean | null, limits: RunLimits): void {
+  const problems: string[] = [];
+  if (!runtime.capabilities.killAll) {
+    const strict = tasks.filter((t) => isolates(t, { isolateVerifier } as TrialEnvironment));
+    if (strict.length > 0) {
+      problems.push(
+        `${strict.length} task(s) need strict verifier isolation (no agent process alive when the verifier starts: ` +
+          `${strict.slice(0, 3).map((t) => t.id).join(", ")}${strict.length > 3 ? ", ..." : ""}), which the ${runtime.name} runtime cannot guarantee. ` +
+          "Use the docker runtime, or pass --no-isolate-verifier (isolateVerifier: false) to let agent processes live through verification (trusted agents only).",
+      );
+    }
+  }
+  const max = limits.max ?? {};
+  for (const task of tasks) {
+    const own = effectiveLimits(task, limits);
+    for (const key of ["memoryMb", "cpus", "storageMb"] as const) {
+      const limit = max[key];
+      const asked = own[key];
+      if (limit !== undefined && asked !== undefined && asked > limit) problems.push(`task ${task.id} asks for ${key} ${asked}, above this run's maximum of ${limit}`);
+    }
+  }
+  if (problems.length > 0) throw new EngineError(`cannot start the run: ${problems.slice(0, 10).join("; ")}${problems.length > 10 ? ` (and ${problems.length - 10} more)` : ""}`);
 }

@@ -1,6 +1,5 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import type { Duplex } from "node:stream";
 import Dockerode from "dockerode";
 import {
   ImageError,
@@ -17,11 +16,13 @@ import {
 } from "@proctor/sandbox";
 import { silentLogger, type Logger } from "@proctor/schema";
 import { daemonMessage, statusCode } from "./docker-errors";
-import { FrameDemuxer } from "./frames";
 import { ImageResolver } from "./image";
 import { currentOwnerLabel, ownerIsGone, parseOwner } from "./owner";
 import { WarmPool } from "./pool";
 import { DockerSandbox } from "./sandbox";
+import { DOCKER_CAPABILITIES } from "./capabilities";
+import { READY, SETUP_FAILED, startAndWaitReady } from "./ready";
+import { TOOLCHAIN_DIR, TRUSTED_BUSYBOX, ensureToolchainVolume } from "./toolchain";
 
 export interface DockerRuntimeOptions {
   /** The daemon to talk to; default: DOCKER_HOST or the local socket. */
@@ -35,6 +36,8 @@ export interface DockerRuntimeOptions {
    * drain() removes what is left.
    */
   warmPool?: number;
+  /** Sandbox lifetimes are rounded up to a multiple of this (pooled containers share a key). Default 60 s. */
+  lifetimeStepMs?: number;
 }
 
 export const DEFAULT_WARM_POOL = 4;
@@ -45,6 +48,8 @@ const WARM_PAUSE_AFTER_FAILURE_MS = 10_000;
 
 interface ContainerSpec {
   image: string;
+  /** Rounded lifetime in seconds; 0 for none. */
+  lifetimeSec: number;
   imageUser: string;
   workdir: string;
   env: string[];
@@ -56,7 +61,12 @@ interface ContainerSpec {
 function poolKey(imageId: string, options: SandboxCreateOptions): string {
   const { [LABELS.trial]: _trial, ...labels } = options.labels ?? {};
   const sorted = (record: Record<string, string> | undefined) => Object.entries(record ?? {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  return JSON.stringify([imageId, options.cpus ?? null, options.memoryMb ?? null, options.pidsLimit ?? null, options.network === true, options.workdir ?? null, sorted(options.env), sorted(labels)]);
+  return JSON.stringify([imageId, options.cpus ?? null, options.memoryMb ?? null, options.pidsLimit ?? null, options.network === true, options.workdir ?? null, sorted(options.env), sorted(labels), options.lifetimeMs ?? 0]);
+}
+
+function roundLifetimeSec(lifetimeMs: number | undefined, stepMs: number): number {
+  if (lifetimeMs === undefined || !(lifetimeMs > 0)) return 0;
+  return Math.ceil((Math.ceil(lifetimeMs / stepMs) * stepMs) / 1000);
 }
 
 export const DEFAULT_PIDS_LIMIT = 1024;
@@ -66,19 +76,25 @@ export const DEFAULT_PIDS_LIMIT = 1024;
  * surface.
  */
 export const DROPPED_CAPABILITIES = ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP"] as const;
-const READY = "proctor-sandbox-ready";
-const SETUP_FAILED = "proctor-sandbox-setup-failed";
-/** How long a started container may take to print READY before create() gives up. */
-const READY_TIMEOUT_MS = 60_000;
 /**
- * The container's main command, run as root under docker-init with the image's USER as $1: create
- * the log dirs (the agent's one owned by that user), say so on stdout (create() waits for that line
- * on an attach stream, cheaper than a putArchive or an exec), then wait forever without needing
- * `sleep infinity` (busybox lacks it).
+ * The container's main command, run as root by the trusted busybox under docker-init, with the
+ * image's USER as $1 and the epoch second the sandbox must stop at as $2 (0: never): create the
+ * log dirs (the agent's one owned by that user), say so on stdout (create() waits for that line on
+ * an attach stream, cheaper than a putArchive or an exec), then wait until the deadline. Every
+ * tool is the read-only busybox's, so an agent replacing /bin/sh cannot run code here when the
+ * sandbox restarts.
  */
 const ENTRYPOINT = `if mkdir -p ${SANDBOX_PATHS.agentLogs} ${SANDBOX_PATHS.verifierLogs} && { [ -z "$1" ] || chown "$1" ${SANDBOX_PATHS.agentLogs}; }
-then echo ${READY}; else echo ${SETUP_FAILED}; fi
-trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done`;
+then echo ${READY} $$; else echo ${SETUP_FAILED}; fi
+trap 'exit 0' TERM INT
+while :; do
+  if [ "$2" != 0 ] && [ "$(date +%s)" -ge "$2" ]; then echo "proctor: the sandbox reached its lifetime; stopping" >&2; exit 0; fi
+  sleep 5 & wait $!
+done`;
+/** Argument the keep-alive carries, so process listings can tell it from the agent's processes. */
+export const KEEPALIVE_TAG = "proctor-init";
+/** Lifetimes are rounded up to this, so pooled containers of trials with similar budgets share a key. */
+const DEFAULT_LIFETIME_STEP_MS = 60_000;
 
 /**
  * The Docker sandbox runtime: one container per sandbox, driven through the Engine API (never
@@ -86,6 +102,9 @@ trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done`;
  */
 export class DockerRuntime implements SandboxRuntime {
   readonly name = "docker";
+  readonly capabilities = DOCKER_CAPABILITIES;
+  private toolchainVolume: Promise<string> | undefined;
+  private readonly lifetimeStepMs: number;
   readonly docker: Dockerode;
   readonly ownerId: string;
   private readonly logger: Logger;
@@ -100,6 +119,7 @@ export class DockerRuntime implements SandboxRuntime {
     this.docker = options.docker ?? new Dockerode();
     this.logger = options.logger ?? silentLogger;
     this.ownerId = options.ownerId ?? currentOwnerLabel();
+    this.lifetimeStepMs = options.lifetimeStepMs ?? DEFAULT_LIFETIME_STEP_MS;
     this.images = new ImageResolver(this.docker, this.logger);
     this.pool = new WarmPool<DockerSandbox>({
       max: options.warmPool ?? DEFAULT_WARM_POOL,
@@ -186,12 +206,13 @@ export class DockerRuntime implements SandboxRuntime {
       }
       throw error;
     }
-    const spec = await this.containerSpec(options, imageInfo);
+    const toolchain = await this.toolchain(options.image);
+    const spec = await this.containerSpec(options, imageInfo, toolchain);
     const trial = options.labels?.[LABELS.trial];
     if (!this.pool.enabled) return this.start(spec, containerName(trial), spec.labels, signal);
 
     // The image's id, not its name, so a rebuilt tag never hands out a container of the old image.
-    const key = poolKey(imageInfo.Id, options);
+    const key = poolKey(imageInfo.Id, { ...options, lifetimeMs: roundLifetimeSec(options.lifetimeMs, this.lifetimeStepMs) });
     let sandbox: DockerSandbox;
     try {
       // Started ahead of demand they cannot carry this caller's trial label: they get the run's
@@ -218,7 +239,16 @@ export class DockerRuntime implements SandboxRuntime {
   }
 
   /** Everything but the name and labels of a container for `options`. */
-  private async containerSpec(options: SandboxCreateOptions, imageInfo: Dockerode.ImageInspectInfo): Promise<ContainerSpec> {
+  /** The trusted toolchain volume, filled once per runtime (through a container of `image`). */
+  private toolchain(image: string): Promise<string> {
+    this.toolchainVolume ??= ensureToolchainVolume(this.docker, image, this.logger).catch((error: unknown) => {
+      this.toolchainVolume = undefined;
+      throw error;
+    });
+    return this.toolchainVolume;
+  }
+
+  private async containerSpec(options: SandboxCreateOptions, imageInfo: Dockerode.ImageInspectInfo, toolchain: string): Promise<ContainerSpec> {
     const imageUser = imageInfo.Config?.User ?? "";
     const workdir = options.workdir ?? (imageInfo.Config?.WorkingDir || SANDBOX_PATHS.workdir);
     const paths: Record<string, string> = { ...SANDBOX_PATHS, workdir };
@@ -234,13 +264,14 @@ export class DockerRuntime implements SandboxRuntime {
       CapDrop: [...DROPPED_CAPABILITIES],
       PidsLimit: options.pidsLimit ?? DEFAULT_PIDS_LIMIT,
       Init: await this.supportsInit(),
+      Mounts: [{ Type: "volume", Source: toolchain, Target: TOOLCHAIN_DIR, ReadOnly: true }],
     };
     if (options.cpus !== undefined) hostConfig.NanoCpus = Math.round(options.cpus * 1e9);
     if (options.memoryMb !== undefined) {
       hostConfig.Memory = Math.round(options.memoryMb * 1024 * 1024);
       hostConfig.MemorySwap = hostConfig.Memory; // no swap on top of the limit
     }
-    return { image: options.image, imageUser, workdir, env, labels, hostConfig };
+    return { image: options.image, lifetimeSec: roundLifetimeSec(options.lifetimeMs, this.lifetimeStepMs), imageUser, workdir, env, labels, hostConfig };
   }
 
   /** Creates and starts one container; resolves once its entrypoint reported the log dirs ready. */
@@ -250,7 +281,10 @@ export class DockerRuntime implements SandboxRuntime {
       container = await this.docker.createContainer({
         name,
         Image: spec.image,
-        Entrypoint: ["/bin/sh", "-c", ENTRYPOINT, "proctor-init", spec.imageUser],
+        Entrypoint: [
+          TRUSTED_BUSYBOX, "sh", "-c", ENTRYPOINT, KEEPALIVE_TAG, spec.imageUser,
+          String(spec.lifetimeSec === 0 ? 0 : Math.floor(Date.now() / 1000) + spec.lifetimeSec),
+        ],
         // The main process runs as root; execs default to the image's USER (see DockerSandbox).
         User: "0",
         Cmd: [],
@@ -268,22 +302,13 @@ export class DockerRuntime implements SandboxRuntime {
     try {
       throwIfAborted(signal);
       // Docker creates the workdir; the entrypoint creates the log dirs and reports on stdout.
-      const output = (await container.attach({ stream: true, stdout: true, stderr: true })) as unknown as Duplex;
-      try {
-        const ready = waitForReady(output, READY_TIMEOUT_MS, signal);
-        // Awaited below; if start() fails first, start's error is the one reported.
-        ready.catch(() => undefined);
-        await container.start();
-        await ready;
-      } finally {
-        output.destroy();
-      }
+      sandbox.keepAlivePid = await startAndWaitReady(container, () => container.start(), signal);
       throwIfAborted(signal);
     } catch (error) {
       await sandbox.kill().catch((cleanup: unknown) => this.logger.warn("removing a container that failed to start failed", { id: container.id, error: daemonMessage(cleanup) }));
       if (error instanceof SandboxError) throw error;
       throw new SandboxStartError(
-        `Starting a container from "${spec.image}" failed: ${daemonMessage(error)} (the image needs /bin/sh).`,
+        `Starting a container from "${spec.image}" failed: ${daemonMessage(error)}.`,
         { cause: error },
       );
     }
@@ -325,39 +350,4 @@ function containerName(trial: string | undefined): string {
   const suffix = randomBytes(4).toString("hex");
   const base = (trial ?? "sandbox").replace(/[^a-zA-Z0-9_.-]+/g, "-").replace(/^[^a-zA-Z0-9]+/, "").slice(0, 48);
   return `proctor-${base || "sandbox"}-${suffix}`;
-}
-
-/**
- * Resolves when the entrypoint prints READY on the (multiplexed) attach stream; rejects when it
- * reports a failed setup, stops first, takes longer than `timeoutMs`, or on abort.
- */
-function waitForReady(stream: Duplex, timeoutMs: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    let seen = "";
-    let done = false;
-    const finish = (error: Error | null) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
-      stream.removeAllListeners("data");
-      if (error === null) resolve();
-      else reject(error);
-    };
-    const onAbort = () => finish(new SandboxStartError("Creating the sandbox was cancelled.", { cause: signal?.reason }));
-    const timer = setTimeout(() => finish(new SandboxStartError(`The container did not become ready within ${timeoutMs} ms. Output so far: ${seen.slice(-500)}`)), timeoutMs);
-    signal?.addEventListener("abort", onAbort, { once: true });
-    const demux = new FrameDemuxer((_which, chunk) => {
-      if (seen.length < 64 * 1024) seen += chunk.toString();
-      if (seen.includes(`${SETUP_FAILED}\n`)) {
-        finish(new SandboxStartError(`Creating ${SANDBOX_PATHS.agentLogs} and ${SANDBOX_PATHS.verifierLogs} in the container failed: ${seen.replace(SETUP_FAILED, "").trim().slice(-500)}`));
-      } else if (seen.includes(`${READY}\n`)) {
-        finish(null);
-      }
-    });
-    stream.on("data", (chunk: Buffer) => demux.push(chunk));
-    stream.once("end", () => finish(new SandboxStartError(`The container stopped before it was ready (it needs /bin/sh and mkdir). Its output: ${seen.slice(-500) || "(none)"}`)));
-    stream.once("close", () => finish(new SandboxStartError("The container's output closed before it was ready.")));
-    stream.once("error", (error: Error) => finish(new SandboxStartError(`Reading the container's output failed: ${error.message}`, { cause: error })));
-  });
 }

@@ -3,7 +3,6 @@ import { mkdir, readFile, stat } from "node:fs/promises";
 import { basename, posix } from "node:path";
 import type { IncomingMessage } from "node:http";
 import type { Duplex, Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
 import type Dockerode from "dockerode";
 import * as tar from "tar";
 import { packDirectory, packFiles } from "@proctor/archive";
@@ -15,15 +14,24 @@ import {
   normalizeSandboxPath,
   SandboxError,
   TransferError,
+  type DownloadOptions,
+  type DownloadReport,
   type ExecCommand,
   type ExecOptions,
   type ExecResult,
+  type FileChange,
   type Sandbox,
+  type SandboxProcess,
 } from "@proctor/sandbox";
 import type { Logger } from "@proctor/schema";
 import { daemonMessage, statusCode } from "./docker-errors";
 import { FrameDemuxer } from "./frames";
 import { EXEC_MARKER, KILL_TREE_SCRIPT } from "./kill-tree";
+import { extractBounded } from "./extract-bounded";
+import { LIST_PROCESSES_SCRIPT, parseProcessListing } from "./processes";
+import { startAndWaitReady } from "./ready";
+import { DOCKER_CAPABILITIES } from "./capabilities";
+import { TRUSTED_BUSYBOX } from "./toolchain";
 
 const DEFAULT_MAX_READ_BYTES = 10 * 1024 * 1024;
 /** How long to wait for the output streams to close after the process tree was killed. */
@@ -32,6 +40,11 @@ const KILL_GRACE_MS = 5000;
 /** A running Docker container driven through the Engine API. Create it with DockerRuntime.create. */
 export class DockerSandbox implements Sandbox {
   readonly runtime = "docker";
+  readonly capabilities = DOCKER_CAPABILITIES;
+  readonly trustedTools: readonly string[] = [TRUSTED_BUSYBOX];
+  readonly adminUser = "0";
+  /** Pid of the container's keep-alive (set by the runtime once the container reported ready). */
+  keepAlivePid = 0;
   private killing: Promise<void> | undefined;
   private closed = false;
   private killHooks: (() => void)[] = [];
@@ -217,12 +230,12 @@ export class DockerSandbox implements Sandbox {
     throw new TransferError(`readFile: ${sandboxPath} has too many levels of symbolic links`, sandboxPath);
   }
 
-  async download(sandboxPath: string, hostDir: string): Promise<void> {
+  async download(sandboxPath: string, hostDir: string, options: DownloadOptions = {}): Promise<DownloadReport> {
     this.assertOpen("download");
     const source = this.resolve(sandboxPath);
     // One round trip: the archive response carries the source's stat in a header.
     const archive = await this.getArchive(source, "download");
-    if (archive === null) return;
+    if (archive === null) return { files: 0, bytes: 0, truncated: false, skipped: [] };
     let kind: "directory" | "other";
     try {
       kind = statKind(archive, source, "download");
@@ -232,20 +245,60 @@ export class DockerSandbox implements Sandbox {
     }
     await mkdir(hostDir, { recursive: true });
     try {
-      await pipeline(
-        archive,
-        tar.x({
-          cwd: hostDir,
-          // The archive's top entry is the source itself: for a directory keep only its contents;
-          // a file lands in hostDir under its own name.
-          strip: kind === "directory" ? 1 : 0,
-          preserveOwner: false,
-          onwarn: (code, message) => this.logger.warn("download: skipped an unsafe or unreadable entry", { source, hostDir, code, message }),
-        }),
-      );
+      // The archive's top entry is the source itself: for a directory keep only its contents;
+      // a file lands in hostDir under its own name.
+      return await extractBounded(archive as Readable, hostDir, { strip: kind === "directory" ? 1 : 0, maxBytes: options.maxBytes ?? Number.POSITIVE_INFINITY });
     } catch (error) {
       throw new TransferError(`download ${source} -> ${hostDir} failed: ${daemonMessage(error)}`, source, { cause: error });
     }
+  }
+
+  /**
+   * Ends every process in the container by restarting it: its PID namespace is torn down with
+   * everything in it, its files stay. Resolves once the keep-alive reported ready again.
+   */
+  async killAll(): Promise<void> {
+    this.assertOpen("killAll");
+    try {
+      // Stop (SIGKILL, waits for the exit), then start attached: an attach made before a restart
+      // would end with the stop and miss the new READY line.
+      await this.container.stop({ t: 0 }).catch((error: unknown) => {
+        if (statusCode(error) !== 304) throw error; // 304: already stopped
+      });
+      this.keepAlivePid = await startAndWaitReady(this.container, () => this.container.start(), undefined);
+    } catch (error) {
+      throw this.failure("restarting the container to end every process in it", error);
+    }
+  }
+
+  async changes(): Promise<FileChange[]> {
+    this.assertOpen("changes");
+    let list: { Path: string; Kind: number }[] | null;
+    try {
+      list = (await this.container.changes()) as { Path: string; Kind: number }[] | null;
+    } catch (error) {
+      throw this.failure("listing the container's changes", error);
+    }
+    const kinds = ["modified", "added", "deleted"] as const;
+    return (list ?? []).map((c) => ({ path: c.Path, kind: kinds[c.Kind] ?? "modified" }));
+  }
+
+  async diskUsageBytes(): Promise<number> {
+    this.assertOpen("diskUsageBytes");
+    try {
+      const info = (await this.container.inspect({ size: true } as Dockerode.ContainerInspectOptions)) as { SizeRw?: number };
+      return info.SizeRw ?? 0;
+    } catch (error) {
+      throw this.failure("measuring the container's disk use", error);
+    }
+  }
+
+  async processes(): Promise<SandboxProcess[]> {
+    const result = await this.exec([TRUSTED_BUSYBOX, "sh", "-c", LIST_PROCESSES_SCRIPT], { user: "0", timeoutMs: 30_000, maxOutputBytes: 4 * 1024 * 1024 });
+    if (result.exitCode !== 0 || result.truncated) {
+      throw new SandboxError(`listing the processes in container ${this.id} failed (exit ${result.exitCode}${result.truncated ? ", output cut" : ""}): ${result.stderr.slice(-300)}`);
+    }
+    return parseProcessListing(result.stdout, this.keepAlivePid);
   }
 
   /**
@@ -338,7 +391,7 @@ export class DockerSandbox implements Sandbox {
   private async killExecTree(execId: string): Promise<void> {
     try {
       const exec = await this.container.exec({
-        Cmd: ["/bin/sh", "-c", KILL_TREE_SCRIPT, "proctor-kill", execId],
+        Cmd: [TRUSTED_BUSYBOX, "sh", "-c", KILL_TREE_SCRIPT, "proctor-kill", execId],
         AttachStdout: true,
         AttachStderr: true,
         User: "0",

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { lstat, mkdir, mkdtemp, readFile, readdir, readlink, rm, symlink, writeFile, chmod } from "node:fs/promises";
+import { lstat, mkdir, mkdtemp, readFile, readdir, rm, symlink, writeFile, chmod } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Dockerode from "dockerode";
@@ -29,7 +29,7 @@ describe.skipIf(!run)("DockerSandbox file transfer", () => {
     if (host) await rm(host, { recursive: true, force: true });
   });
 
-  it("uploads and downloads a tree: binary bytes, modes, symlinks and empty dirs survive", async () => {
+  it("uploads and downloads a tree: bytes, modes and empty dirs survive; download skips links", async () => {
     const src = join(host, "src");
     const binary = randomBytes(300_000);
     await mkdir(join(src, "nested/deeper"), { recursive: true });
@@ -50,13 +50,24 @@ describe.skipIf(!run)("DockerSandbox file transfer", () => {
     expect((await sandbox.exec(["stat", "-c", "%a %u", "/data"])).stdout).toBe("755 0\n");
 
     const back = join(host, "back");
-    await sandbox.download("/data/in", back);
-    expect((await readdir(back)).sort()).toEqual(["blob.bin", "empty", "link", "nested", "run.sh"]);
+    const report = await sandbox.download("/data/in", back);
+    expect((await readdir(back)).sort()).toEqual(["blob.bin", "empty", "nested", "run.sh"]);
+    expect(report).toMatchObject({ files: 3, truncated: false, skipped: [expect.stringMatching(/link$/)] });
     expect((await readFile(join(back, "blob.bin"))).equals(binary)).toBe(true);
     expect((await lstat(join(back, "run.sh"))).mode & 0o777).toBe(0o755);
     expect((await lstat(join(back, "nested/deeper/secret.txt"))).mode & 0o777).toBe(0o600);
-    expect(await readlink(join(back, "link"))).toBe("nested/deeper/secret.txt");
     expect(await readdir(join(back, "empty"))).toEqual([]);
+  });
+
+  it("download stops reading at maxBytes: a 3 GB sparse file costs a few MB, FIFOs and devices are skipped", async () => {
+    await sandbox.exec({ shell: "mkdir -p /big && truncate -s 3G /big/huge && mkfifo /big/fifo && echo hi > /big/small" });
+    const back = join(host, "capped");
+    const report = await sandbox.download("/big", back, { maxBytes: 2 * 1024 * 1024 });
+    expect(report.truncated).toBe(true);
+    expect(report.bytes).toBeLessThanOrEqual(2 * 1024 * 1024);
+    const sizes = await Promise.all((await readdir(back)).map(async (name) => (await lstat(join(back, name))).size));
+    expect(sizes.reduce((a, b) => a + b, 0)).toBeLessThanOrEqual(2 * 1024 * 1024);
+    expect(await lstat(join(back, "fifo")).catch(() => null)).toBeNull();
   });
 
   it("uploads a single file as the target path, or into the target when it is a directory", async () => {

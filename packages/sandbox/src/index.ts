@@ -1,11 +1,11 @@
 export type {
-  ExecCommand, ExecOptions, ExecResult, SandboxCreateOptions, ImageRequest, Sandbox, SandboxRuntime,
+  ExecCommand, ExecOptions, ExecResult, SandboxCreateOptions, ImageRequest, Sandbox, SandboxRuntime, SandboxCapabilities, FileChange, SandboxProcess, DownloadOptions, DownloadReport,
 } from "./types";
 export { SANDBOX_PATHS, SANDBOX_PATH_ENV, LABELS } from "./types";
 export {
   SandboxError, RuntimeUnavailableError, ImageError, SandboxStartError, SandboxStoppedError, SandboxClosedError, TransferError, OperationTimeoutError,
 } from "./errors";
-export { LocalRuntime, LocalSandbox, LOCAL_ROOT_PREFIX, DEFAULT_ENV_ALLOWLIST } from "./local";
+export { LocalRuntime, LocalSandbox, LOCAL_ROOT_PREFIX, DEFAULT_ENV_ALLOWLIST, LOCAL_CAPABILITIES } from "./local";
 export type { LocalRuntimeOptions } from "./local";
 export { OutputCollector, buildExecResult, exitCodeFromSignal, DEFAULT_MAX_OUTPUT_BYTES } from "./output";
 export { normalizeSandboxPath, hostPathOf, sandboxPathEnv } from "./paths";

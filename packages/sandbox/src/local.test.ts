@@ -1,7 +1,7 @@
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { chmod, lstat, mkdir, mkdtemp, readdir, readFile, readlink, rm, stat, symlink, writeFile } from "node:fs/promises";
+import { chmod, lstat, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -201,7 +201,7 @@ describe("exec", () => {
 });
 
 describe("files", () => {
-  it("round-trips a directory: binary bytes, modes, symlinks and empty dirs", async () => {
+  it("round-trips a directory: binary bytes, modes and empty dirs; download never follows or copies links", async () => {
     const s = await sandbox();
     const src = await mkdtemp(join(rootDir, "src-"));
     const blob = randomBytes(300_000);
@@ -217,13 +217,23 @@ describe("files", () => {
     expect((await s.exec(["./data/run.sh"])).stdout).toBe("ran\n");
 
     const back = join(rootDir, `back-${Date.now()}`);
-    await s.download("/app/data", back);
+    const report = await s.download("/app/data", back);
     expect((await readFile(join(back, "nested/deeper/blob.bin"))).equals(blob)).toBe(true);
     expect((await stat(join(back, "run.sh"))).mode & 0o777).toBe(0o755);
     expect((await stat(join(back, "private"))).mode & 0o777).toBe(0o600);
-    expect((await lstat(join(back, "link"))).isSymbolicLink()).toBe(true);
-    expect(await readlink(join(back, "link"))).toBe("nested/deeper/blob.bin");
+    expect(await lstat(join(back, "link")).catch(() => null)).toBeNull();
+    expect(report).toMatchObject({ files: 3, truncated: false });
+    expect(report.skipped).toEqual([expect.stringMatching(/\/link$/)]);
     expect(await readdir(join(back, "empty"))).toEqual([]);
+  });
+
+  it("download stops at maxBytes: the file crossing it is cut and nothing after it is copied", async () => {
+    const s = await sandbox();
+    await s.exec({ shell: 'mkdir -p "$PROCTOR_LOGS_DIR/agent" && head -c 5000 /dev/zero > "$PROCTOR_LOGS_DIR/agent/a" && truncate -s 3G "$PROCTOR_LOGS_DIR/agent/b"' });
+    const back = join(rootDir, `capped-${Date.now()}`);
+    const report = await s.download("/logs/agent", back, { maxBytes: 8000 });
+    expect(report).toMatchObject({ truncated: true, bytes: 8000 });
+    expect((await stat(join(back, "a"))).size + (await stat(join(back, "b"))).size).toBe(8000);
   });
 
   it("uploads a single file to a path or into an existing dir", async () => {

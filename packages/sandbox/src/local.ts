@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
-import { chmod, cp, mkdir, mkdtemp, open, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { chmod, cp, lstat, mkdir, mkdtemp, open, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir, userInfo } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { silentLogger, type Logger } from "@proctor/schema";
@@ -9,7 +9,7 @@ import { buildExecResult, exitCodeFromSignal, OutputCollector, DEFAULT_MAX_OUTPU
 import { hostPathOf, META_DIR, normalizeSandboxPath, sandboxPathEnv } from "./paths";
 import { groupAlive, killGroup, killPids, pidsWithEnv, processStartTime, sameProcessAlive } from "./process";
 import { LABELS, SANDBOX_PATHS } from "./types";
-import type { ExecCommand, ExecOptions, ExecResult, ImageRequest, Sandbox, SandboxCreateOptions, SandboxRuntime } from "./types";
+import type { DownloadOptions, DownloadReport, ExecCommand, ExecOptions, ExecResult, ImageRequest, Sandbox, SandboxCreateOptions, SandboxRuntime } from "./types";
 
 /** Prefix of every local sandbox root under rootDir; reap() only looks at these. */
 export const LOCAL_ROOT_PREFIX = "proctor-sbx-";
@@ -115,7 +115,8 @@ async function killRecordedProcesses(root: string, logger: Logger): Promise<void
  * not enforced (a warning says so once per runtime).
  */
 export class LocalRuntime implements SandboxRuntime {
-  readonly name = "local" as const;
+  readonly name = "local";
+  readonly capabilities = LOCAL_CAPABILITIES;
   readonly rootDir: string;
   private readonly logger: Logger;
   private readonly envAllowlist: readonly string[];
@@ -255,8 +256,20 @@ function currentUserNames(): Set<string> {
 }
 
 /** One local sandbox: a temp root and the process groups started in it. */
+/**
+ * Host processes in a temp root: no isolation of processes, files or network, and no trusted
+ * toolchain (the host's own tools run the verifier).
+ */
+export const LOCAL_CAPABILITIES = Object.freeze({
+  killAll: false, changes: false, trustedTools: false, files: false, network: false, diskUsage: false, processes: false,
+});
+
 export class LocalSandbox implements Sandbox {
   readonly runtime = "local";
+  readonly capabilities = LOCAL_CAPABILITIES;
+  /** Host tools, run directly. */
+  readonly trustedTools: readonly string[] = [];
+  readonly adminUser = undefined;
   readonly id: string;
   readonly workdir: string;
   /** Host directory the sandbox's `/` maps to. */
@@ -585,24 +598,26 @@ export class LocalSandbox implements Sandbox {
     }
   }
 
-  async download(sandboxPath: string, hostDir: string): Promise<void> {
+  async download(sandboxPath: string, hostDir: string, options: DownloadOptions = {}): Promise<DownloadReport> {
     this.ensureOpen("download");
     const source = this.hostPath(sandboxPath);
-    const info = await stat(source).catch((error: unknown) => {
+    const report: DownloadReport = { files: 0, bytes: 0, truncated: false, skipped: [] };
+    const info = await lstat(source).catch((error: unknown) => {
       if (errnoCode(error) === "ENOENT" || errnoCode(error) === "ENOTDIR") return null;
       throw new TransferError(`download: cannot read ${sandboxPath}: ${(error as Error).message}`, sandboxPath, { cause: error });
     });
-    if (info === null) return;
+    if (info === null) return report;
     try {
       await mkdir(hostDir, { recursive: true });
-      const target = info.isDirectory() ? hostDir : join(hostDir, basename(source));
-      await cp(source, target, { recursive: true, verbatimSymlinks: true, force: true, preserveTimestamps: true });
+      await copyBounded(source, info.isDirectory() ? hostDir : join(hostDir, basename(source)), options.maxBytes ?? Number.POSITIVE_INFINITY, report);
     } catch (error) {
       throw new TransferError(`download: copying ${sandboxPath} to ${hostDir} failed: ${(error as Error).message}`, sandboxPath, {
         cause: error,
       });
     }
+    return report;
   }
+
 
   kill(): Promise<void> {
     this.killing ??= this.destroy();
@@ -622,4 +637,50 @@ export class LocalSandbox implements Sandbox {
     await removeTree(this.root);
     this.logger.debug("local sandbox removed", { id: this.id, root: this.root });
   }
+}
+
+const MAX_SKIPPED_LISTED = 100;
+
+/**
+ * Copies regular files and directories from `source` to `dest` (never following links; FIFOs and
+ * devices skipped) until `maxBytes` of file content went over; the file that crosses it is cut.
+ */
+async function copyBounded(source: string, dest: string, maxBytes: number, report: DownloadReport): Promise<void> {
+  const info = await lstat(source);
+  if (report.truncated) return;
+  if (info.isDirectory()) {
+    await mkdir(dest, { recursive: true });
+    for (const name of (await readdir(source)).sort()) {
+      await copyBounded(join(source, name), join(dest, name), maxBytes, report);
+      if (report.truncated) return;
+    }
+    return;
+  }
+  if (!info.isFile()) {
+    if (report.skipped.length < MAX_SKIPPED_LISTED) report.skipped.push(source);
+    return;
+  }
+  const room = maxBytes - report.bytes;
+  const take = Math.min(info.size, Math.max(0, room));
+  const input = await open(source, "r");
+  try {
+    const output = await open(dest, "w", info.mode & 0o777);
+    try {
+      const buffer = Buffer.alloc(Math.min(1024 * 1024, Math.max(1, take)));
+      let done = 0;
+      while (done < take) {
+        const { bytesRead } = await input.read(buffer, 0, Math.min(buffer.length, take - done), done);
+        if (bytesRead === 0) break;
+        await output.write(buffer, 0, bytesRead);
+        done += bytesRead;
+      }
+    } finally {
+      await output.close();
+    }
+  } finally {
+    await input.close();
+  }
+  report.files++;
+  report.bytes += take;
+  if (take < info.size) report.truncated = true;
 }

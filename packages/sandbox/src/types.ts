@@ -51,7 +51,70 @@ export interface SandboxCreateOptions {
   workdir?: string;
   /** Identify what started the sandbox (proctor.run, proctor.trial, ...); proctor.owner is added. */
   labels?: Record<string, string>;
+  /**
+   * The sandbox stops by itself this long after it started, even when nobody comes back to kill
+   * it (its owner died). A runtime may round it up. Default: no deadline.
+   */
+  lifetimeMs?: number;
   signal?: AbortSignal;
+}
+
+/**
+ * What a sandbox can do beyond the basic contract. The engine asks for these, never for a
+ * runtime's name, and refuses up front a task that needs one its runtime lacks.
+ */
+export interface SandboxCapabilities {
+  /** `killAll()` ends every process in the sandbox by construction (a fresh PID namespace). */
+  readonly killAll: boolean;
+  /** `changes()` lists what differs from the image, as the runtime (not a process inside) sees it. */
+  readonly changes: boolean;
+  /**
+   * `trustedTools` names a multi-call binary (busybox) the sandbox's processes cannot modify, so
+   * the verifier can be started and its reward read with tools an agent could not replace.
+   */
+  readonly trustedTools: boolean;
+  /** The sandbox has a filesystem of its own; false when sandbox paths map onto host paths. */
+  readonly files: boolean;
+  /** `network: false` really cuts the sandbox off; false when it runs on the host's network. */
+  readonly network: boolean;
+  /** `diskUsageBytes()` reports what the sandbox has written, so a disk limit can be enforced. */
+  readonly diskUsage: boolean;
+  /** `processes()` lists every process in the sandbox that is not the runtime's own. */
+  readonly processes: boolean;
+}
+
+/** A process found in the sandbox by `Sandbox.processes()`. */
+export interface SandboxProcess {
+  pid: number;
+  ppid: number;
+  /** Its command line, arguments joined by spaces (cut to 512 characters). */
+  command: string;
+  /** TCP ports it listens on. */
+  ports: number[];
+}
+
+export interface DownloadOptions {
+  /**
+   * Stop after this many bytes of file content (sizes as the files claim them, so a sparse file
+   * counts at its full size); the file that crosses the limit is cut. Default unlimited.
+   */
+  maxBytes?: number;
+}
+
+/** What a download brought over. Only regular files and directories are written; links, FIFOs and devices are skipped. */
+export interface DownloadReport {
+  files: number;
+  bytes: number;
+  /** True when maxBytes stopped the download before its end. */
+  truncated: boolean;
+  /** Entries left out (links, FIFOs, devices, unsafe names), at most 100. */
+  skipped: string[];
+}
+
+/** One entry of `Sandbox.changes()`: a path that differs from the image. */
+export interface FileChange {
+  path: string;
+  kind: "added" | "modified" | "deleted";
 }
 
 export interface ImageRequest {
@@ -66,9 +129,19 @@ export interface ImageRequest {
 
 export interface Sandbox extends AsyncDisposable {
   readonly id: string;
+  /** The runtime's name, for logs and records only: ask `capabilities` what it can do. */
   readonly runtime: string;
+  readonly capabilities: SandboxCapabilities;
   /** Sandbox path of the working directory. */
   readonly workdir: string;
+  /**
+   * Command prefix that runs a trusted tool: `[...trustedTools, "sh", "-c", script]`. A path the
+   * sandbox's processes cannot change (capabilities.trustedTools), or `[]` to run host tools
+   * directly where the sandbox is host processes.
+   */
+  readonly trustedTools: readonly string[];
+  /** User to run the verifier and Proctor's own housekeeping as (root in a container), or undefined for the default. */
+  readonly adminUser: string | undefined;
   exec(command: ExecCommand, options?: ExecOptions): Promise<ExecResult>;
   /** Copy a host file, or a host directory's contents, to a sandbox path (created if absent). */
   upload(hostPath: string, sandboxPath: string): Promise<void>;
@@ -76,7 +149,7 @@ export interface Sandbox extends AsyncDisposable {
   /** A file's bytes, or null when it does not exist. Throws past maxBytes (default 10 MiB). */
   readFile(sandboxPath: string, options?: { maxBytes?: number }): Promise<Buffer | null>;
   /** Copy a sandbox directory's contents into a host directory; a missing source copies nothing. */
-  download(sandboxPath: string, hostDir: string): Promise<void>;
+  download(sandboxPath: string, hostDir: string, options?: DownloadOptions): Promise<DownloadReport>;
   /** Kill everything and remove the sandbox. Safe to call twice and concurrently. */
   kill(): Promise<void>;
   /**
@@ -84,10 +157,24 @@ export interface Sandbox extends AsyncDisposable {
    * process, the OOM killer). Lets a caller tell the agent's sabotage from a runtime failure.
    */
   isRunning?(): Promise<boolean>;
+  /**
+   * capabilities.killAll: end every process in the sandbox, by construction, and keep the
+   * sandbox's files; the sandbox is usable again when this resolves.
+   */
+  killAll?(): Promise<void>;
+  /** capabilities.changes: paths that differ from the image (directories included). */
+  changes?(): Promise<FileChange[]>;
+  /** capabilities.diskUsage: bytes the sandbox has written on top of its image. */
+  diskUsageBytes?(): Promise<number>;
+  /** capabilities.processes: every live process but the runtime's own and this call's. */
+  processes?(): Promise<SandboxProcess[]>;
 }
 
 export interface SandboxRuntime {
-  readonly name: "docker" | "local";
+  /** For logs and run.json only; the engine decides by `capabilities`. */
+  readonly name: string;
+  /** What every sandbox of this runtime can do (see SandboxCapabilities). */
+  readonly capabilities: SandboxCapabilities;
   /** Make the image available (use, pull, or build) and return the reference to create with. */
   resolveImage(request: ImageRequest): Promise<string>;
   create(options: SandboxCreateOptions): Promise<Sandbox>;

@@ -3,7 +3,7 @@ export {
   DEFAULT_AGENT_TIMEOUT_SEC, DEFAULT_VERIFIER_TIMEOUT_SEC, DEFAULT_BUILD_TIMEOUT_SEC,
 } from "./task";
 export { AgentSpec } from "./agent";
-export { ErrorKind, TrialError, TrialStatus, Phase, PhaseTiming, CheckResult, TrialResult, GroupSummary, RunSummary } from "./result";
+export { ErrorKind, TrialError, TrialStatus, Phase, PhaseTiming, CheckResult, TrialResult, GroupSummary, RunSummary, Integrity, SurvivingProcess } from "./result";
 export type { Rate } from "./result";
 export { EventBody } from "./event";
 export type { EventType, ProctorEvent } from "./event";

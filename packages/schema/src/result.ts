@@ -30,6 +30,35 @@ export const CheckResult = z.object({
 });
 export type CheckResult = z.infer<typeof CheckResult>;
 
+export const SurvivingProcess = z.object({
+  pid: z.number().int(),
+  ppid: z.number().int(),
+  command: z.string(),
+  /** TCP ports it listened on. */
+  ports: z.array(z.number().int()),
+});
+export type SurvivingProcess = z.infer<typeof SurvivingProcess>;
+
+/** What Proctor did to keep the agent from rewiring the verifier, and what it found. */
+export const Integrity = z.object({
+  /**
+   * "isolated": no agent process was alive when the verifier started (confirmed);
+   * "shared": the agent's processes stayed alive through verification (listed in `survivors`).
+   */
+  isolation: z.enum(["isolated", "shared"]),
+  /** False when the runtime could not check the sandbox's files against the image (local runtime). */
+  tamperChecked: z.boolean(),
+  /** Paths the verifier relies on that the agent changed; non-empty means the trial is an `agent` error. */
+  tampered: z.array(z.string()),
+  /** Processes of the agent alive when the verifier started ("shared" mode). */
+  survivors: z.array(SurvivingProcess),
+  /** Passed while agent processes were alive: worth an audit. */
+  flagged: z.boolean(),
+  /** Why a check could not be made, when one could not. */
+  note: z.string().nullable(),
+});
+export type Integrity = z.infer<typeof Integrity>;
+
 /** One line of results.jsonl and the body of trials/<id>/result.json. */
 export const TrialResult = z.object({
   trialId: z.string(),
@@ -46,8 +75,20 @@ export const TrialResult = z.object({
   /** How many times infra errors made the engine start this trial again. */
   retries: z.number().int().nonnegative(),
   phases: z.array(PhaseTiming),
-  agent: z.object({ exitCode: z.number().nullable(), timedOut: z.boolean() }).nullable(),
+  agent: z
+    .object({
+      exitCode: z.number().nullable(),
+      timedOut: z.boolean(),
+      /** The agent's name (oracle, nop, code:<dir>, llm, ...). */
+      name: z.string().optional(),
+      /** Model a model-driven agent talked to. */
+      model: z.string().optional(),
+      usage: z.object({ inputTokens: z.number(), outputTokens: z.number(), requests: z.number(), retries: z.number() }).optional(),
+    })
+    .nullable(),
   checks: z.array(CheckResult).nullable(),
+  /** Absent in results written before Proctor checked integrity. */
+  integrity: Integrity.nullable().optional(),
 });
 export type TrialResult = z.infer<typeof TrialResult>;
 
@@ -102,5 +143,7 @@ export const RunSummary = z.object({
   startedAt: z.string(),
   updatedAt: z.string(),
   durationMs: z.number().nonnegative(),
+  /** Why a run with status "failed" stopped (a fatal agent error such as a rejected model key). */
+  error: z.string().optional(),
 });
 export type RunSummary = z.infer<typeof RunSummary>;

@@ -9,10 +9,15 @@ export const RunConfig = z.object({
   sources: z.array(z.string()),
   agent: AgentSpec,
   agentHash: z.string().nullable(),
-  runtime: z.enum(["docker", "local"]),
+  /** The runtime's name (docker, local, or a library user's own). */
+  runtime: z.string(),
   attempts: z.number().int().positive(),
   concurrency: z.number().int().positive(),
   timeoutMultiplier: z.number().positive(),
   defaultImage: z.string().nullable(),
+  /** `--isolate-verifier` (true) / `--no-isolate-verifier` (false); absent: each task decides. */
+  isolateVerifier: z.boolean().optional(),
+  /** Resource limits the run applied (defaults and maxima); absent: none beyond the tasks' own. */
+  limits: z.record(z.string(), z.unknown()).optional(),
 });
 export type RunConfig = z.infer<typeof RunConfig>;

@@ -26,7 +26,7 @@ export type EnvironmentSpec = z.infer<typeof EnvironmentSpec>;
 
 export const CheckSpec = z.object({
   name: z.string().min(1),
-  /** One shell string run with `bash -lc` in the workdir. */
+  /** One shell string run by bash (no login shell, no rc files, clean env) in the workdir. */
   command: z.string().min(1),
   timeoutSec: z.number().positive(),
 });
@@ -37,21 +37,26 @@ export type CheckSpec = z.infer<typeof CheckSpec>;
  * - `reward-file`: upload testsDir to /tests, run `command`, read /logs/verifier/reward.json|txt.
  * - `checks`: copy testsDir into the workdir, run every check; reward 1 iff all exit 0.
  */
+const verifierCommon = {
+  testsDir: z.string().nullable(),
+  timeoutSec: z.number().positive(),
+  env: z.record(z.string(), z.string()),
+  /**
+   * Strict isolation: no process the agent started is alive when the verifier starts (task.toml
+   * `[verifier] isolate_processes`; default false for Harbor tasks, whose tests may talk to
+   * services the agent started, and true for term-executor check tasks).
+   */
+  isolateProcesses: z.boolean().default(false),
+  /**
+   * Globs of sandbox paths the agent may legitimately change although the verifier relies on
+   * them (task.toml `[verifier] allow_changes`), e.g. "/etc/profile.d/myapp.sh".
+   */
+  allowChanges: z.array(z.string()).default([]),
+};
+
 export const VerifierSpec = z.discriminatedUnion("mode", [
-  z.object({
-    mode: z.literal("reward-file"),
-    testsDir: z.string().nullable(),
-    command: z.string().min(1),
-    timeoutSec: z.number().positive(),
-    env: z.record(z.string(), z.string()),
-  }),
-  z.object({
-    mode: z.literal("checks"),
-    testsDir: z.string().nullable(),
-    checks: z.array(CheckSpec),
-    timeoutSec: z.number().positive(),
-    env: z.record(z.string(), z.string()),
-  }),
+  z.object({ mode: z.literal("reward-file"), command: z.string().min(1), ...verifierCommon }),
+  z.object({ mode: z.literal("checks"), checks: z.array(CheckSpec), ...verifierCommon }),
 ]);
 export type VerifierSpec = z.infer<typeof VerifierSpec>;
 

@@ -74,7 +74,7 @@ describe("loadNativeTask", () => {
         env: { LANG: "C.UTF-8" },
       },
       agent: { timeoutSec: 120 },
-      verifier: { mode: "reward-file", testsDir: join(dir, "tests"), command: NATIVE_TEST_COMMAND, timeoutSec: 45.5, env: { STRICT: "1", LEVEL: "3" } },
+      verifier: { mode: "reward-file", testsDir: join(dir, "tests"), command: NATIVE_TEST_COMMAND, timeoutSec: 45.5, env: { STRICT: "1", LEVEL: "3" }, isolateProcesses: false, allowChanges: [] },
       solution: { dir: join(dir, "solution"), command: NATIVE_SOLUTION_COMMAND },
       workspace: null,
       extra: {

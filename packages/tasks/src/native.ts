@@ -8,7 +8,7 @@ import {
   type TaskSpec,
 } from "@proctor/schema";
 import { checkTaskId, finish, readText, type LoadedTask, type LoaderOptions } from "./common";
-import { describe, displayPath, fail, isTable, kinds, parseSizeMb, Section, type Report } from "./fields";
+import { describe, displayPath, fail, isTable, kinds, parseSizeMb, Section, stringOrList, type Report } from "./fields";
 import { isDir, isFile } from "./tree";
 
 /** The verifier command of a native task; the runtime sets PROCTOR_TESTS_DIR (/tests in Docker). */
@@ -59,6 +59,11 @@ export async function loadNativeTask(dir: string, _options: LoaderOptions = {}):
   const agentTimeout = agent.get("timeout_sec", kinds.positiveNumber) ?? DEFAULT_AGENT_TIMEOUT_SEC;
   const verifierTimeout = verifier.get("timeout_sec", kinds.positiveNumber) ?? DEFAULT_VERIFIER_TIMEOUT_SEC;
   const verifierEnv = verifier.get("env", kinds.env) ?? {};
+  const isolateProcesses = verifier.get("isolate_processes", kinds.boolean) ?? false;
+  const allowChanges = stringOrList(verifier, "allow_changes") ?? [];
+  for (const glob of allowChanges) {
+    if (!glob.startsWith("/")) fail(dirReport, `[verifier].allow_changes: "${glob}" must be an absolute sandbox path or glob, such as "/etc/profile.d/app.sh"`, "task.toml");
+  }
   const environment = await readEnvironment(sections.environment, root);
 
   const instructionPath = join(root, "instruction.md");
@@ -97,7 +102,7 @@ export async function loadNativeTask(dir: string, _options: LoaderOptions = {}):
     tags,
     environment,
     agent: { timeoutSec: agentTimeout },
-    verifier: { mode: "reward-file", testsDir, command: NATIVE_TEST_COMMAND, timeoutSec: verifierTimeout, env: verifierEnv },
+    verifier: { mode: "reward-file", testsDir, command: NATIVE_TEST_COMMAND, timeoutSec: verifierTimeout, env: verifierEnv, isolateProcesses, allowChanges },
     solution,
     workspace: null,
     extra,

@@ -97,7 +97,7 @@ export async function loadTb1Task(dir: string, options: LoaderOptions = {}): Pro
     tags,
     environment,
     agent: { timeoutSec: agentTimeout },
-    verifier: { mode: "reward-file", testsDir: testsDir ?? join(root, "tests"), command: TB1_TEST_COMMAND, timeoutSec: testTimeout, env: {} },
+    verifier: { mode: "reward-file", testsDir: testsDir ?? join(root, "tests"), command: TB1_TEST_COMMAND, timeoutSec: testTimeout, env: {}, isolateProcesses: false, allowChanges: [] },
     solution,
     workspace: null,
     extra: yaml.rest(),

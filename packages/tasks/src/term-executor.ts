@@ -262,7 +262,8 @@ export async function loadTermExecutorTask(dir: string, options: TermExecutorOpt
       env,
     },
     agent: { timeoutSec: agentTimeout },
-    verifier: { mode: "checks", testsDir, checks, timeoutSec: verifierTimeout, env: {} },
+    // Checks are plain commands: nothing the agent started may keep running into them.
+    verifier: { mode: "checks", testsDir, checks, timeoutSec: verifierTimeout, env: {}, isolateProcesses: true, allowChanges: [] },
     solution,
     workspace: {
       repo: repo ?? "",

@@ -1,0 +1,124 @@
+import type { Agent } from "@proctor/agents";
+import type { Clock, Sandbox, SandboxRuntime } from "@proctor/sandbox";
+import type { CheckResult, EventBody, Integrity, Logger, Phase, PhaseTiming, TaskSpec, TrialError, TrialResult } from "@proctor/schema";
+import type { RepoCache } from "../workspace";
+
+/** Resource limits for one trial's sandbox. */
+export interface TrialLimits {
+  memoryMb?: number;
+  cpus?: number;
+  pidsLimit?: number;
+  /** Bytes the sandbox may write on top of its image, enforced while the agent runs. */
+  storageMb?: number;
+}
+
+/** Limits a run applies: defaults for tasks that name none, maxima no task may exceed. */
+export interface RunLimits {
+  defaults?: TrialLimits;
+  max?: TrialLimits;
+  /** Bytes of sandbox log files (/logs) collected per trial; the rest is cut. Default 100 MiB. */
+  logBytes?: number;
+}
+
+export const DEFAULT_LOG_BYTES = 100 * 1024 * 1024;
+
+/** Everything a trial needs from its run. */
+export interface TrialEnvironment {
+  runId: string;
+  runDir: string;
+  runtime: SandboxRuntime;
+  agent: Agent;
+  timeoutMultiplier: number;
+  defaultImage: string | null;
+  repoCache: RepoCache;
+  emit: (body: EventBody) => void;
+  logger: Logger;
+  clock: Clock;
+  maxInfraRetries: number;
+  /** First wait before retrying an infra error; doubles each time. */
+  retryBaseDelayMs: number;
+  limits: RunLimits;
+  /** Overrides every task's `isolateProcesses` when not null (`--isolate-verifier` / `--no-isolate-verifier`). */
+  isolateVerifier: boolean | null;
+}
+
+/** What one attempt found out; becomes the trial's result. */
+export interface AttemptState {
+  phases: PhaseTiming[];
+  errors: TrialError[];
+  reward: number | null;
+  agent: TrialResult["agent"];
+  checks: CheckResult[] | null;
+  integrity: Integrity | null;
+}
+
+/** Per-phase budgets in ms, already scaled by the timeout multiplier. */
+export interface Budgets {
+  buildMs: number;
+  installMs: number;
+  agentMs: number;
+  verifierMs: number;
+  checksMs: number;
+}
+
+export type PhaseRunner = <T>(name: Phase, fn: () => Promise<T>, detail?: string, bound?: AbortSignal) => Promise<T>;
+
+/** One attempt of one trial: the phases read and write this object, nothing else. */
+export interface Attempt {
+  task: TaskSpec;
+  trialId: string;
+  /** trials/<trial-id>/ on the host. */
+  trialDir: string;
+  env: TrialEnvironment;
+  /** The run's abort or the whole-trial deadline. */
+  signal: AbortSignal;
+  budgets: Budgets;
+  state: AttemptState;
+  phase: PhaseRunner;
+}
+
+/** An attempt once its sandbox runs. */
+export interface SandboxAttempt extends Attempt {
+  sandbox: Sandbox;
+}
+
+/** Budgets for the steps that have no task-given timeout. */
+export const SANDBOX_START_MS = 120_000;
+export const CHECKOUT_MS = 600_000;
+export const HOUSEKEEPING_MS = 60_000;
+/** Cap on each check's kept output, and on the verifier's captured stdout/stderr files. */
+export const CHECK_OUTPUT_BYTES = 64 * 1024;
+export const VERIFIER_LOG_BYTES = 10 * 1024 * 1024;
+
+export function message(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+export function tail(text: string, lines = 5): string {
+  return text.trim().split("\n").slice(-lines).join("\n");
+}
+
+export function throwIfAborted(signal: AbortSignal): void {
+  if (signal.aborted) throw signal.reason;
+}
+
+/** Whether the verifier must start with no agent process alive. */
+export function isolates(task: TaskSpec, env: TrialEnvironment): boolean {
+  return env.isolateVerifier ?? task.verifier.isolateProcesses;
+}
+
+/** A task's limits after the run's defaults. */
+export function effectiveLimits(task: TaskSpec, limits: RunLimits): TrialLimits {
+  const d = limits.defaults ?? {};
+  const e = task.environment;
+  const pick = <T>(own: T | null, fallback: T | undefined): T | undefined => own ?? fallback;
+  const out: TrialLimits = {};
+  const memoryMb = pick(e.memoryMb, d.memoryMb);
+  const cpus = pick(e.cpus, d.cpus);
+  const storageMb = pick(e.storageMb, d.storageMb);
+  if (memoryMb !== undefined) out.memoryMb = memoryMb;
+  if (cpus !== undefined) out.cpus = cpus;
+  if (storageMb !== undefined) out.storageMb = storageMb;
+  if (d.pidsLimit !== undefined) out.pidsLimit = d.pidsLimit;
+  return out;
+}

@@ -1,0 +1,57 @@
+import { ImageError, SandboxStartError, type Sandbox } from "@proctor/sandbox";
+import { HOUSEKEEPING_MS, SANDBOX_START_MS, effectiveLimits, type Attempt } from "./context";
+
+/**
+ * Phases 1 and 2: the task's image (used, pulled or built) and a fresh sandbox of it with the
+ * task's limits. `onPending` receives the create call at once, so the caller can remove a sandbox
+ * that appears after it stopped waiting.
+ */
+export async function startSandbox(attempt: Attempt, lifetimeMs: number, onPending: (create: Promise<Sandbox>) => void): Promise<Sandbox> {
+  const { task, env, signal, phase, budgets, trialId } = attempt;
+  const spec = task.environment;
+  const wanted = spec.dockerImage ?? (spec.buildContext ? null : env.defaultImage);
+  // The runtime bounds a build by buildTimeoutMs; this bound also covers a hung daemon call.
+  const imageBound = AbortSignal.timeout(budgets.buildMs + HOUSEKEEPING_MS);
+  const imageSignal = AbortSignal.any([signal, imageBound]);
+  const image = await phase(
+    "environment",
+    () =>
+      env.runtime.resolveImage({
+        image: wanted,
+        buildContext: spec.buildContext,
+        buildTimeoutMs: budgets.buildMs,
+        signal: imageSignal,
+        onProgress: (line) => env.logger.debug(line, { trialId }),
+      }),
+    wanted ?? spec.buildContext ?? undefined,
+    imageSignal,
+  ).catch((error: unknown) => {
+    if (imageBound.aborted && !signal.aborted) {
+      throw new ImageError(`resolving the image did not finish within ${Math.round((budgets.buildMs + HOUSEKEEPING_MS) / 1000)} s`, wanted, { cause: error });
+    }
+    throw error;
+  });
+
+  const limits = effectiveLimits(task, env.limits);
+  const startBound = AbortSignal.timeout(SANDBOX_START_MS);
+  const startSignal = AbortSignal.any([signal, startBound]);
+  const create = env.runtime.create({
+    image,
+    ...(limits.cpus !== undefined ? { cpus: limits.cpus } : {}),
+    ...(limits.memoryMb !== undefined ? { memoryMb: limits.memoryMb } : {}),
+    ...(limits.pidsLimit !== undefined ? { pidsLimit: limits.pidsLimit } : {}),
+    network: spec.allowInternet,
+    env: spec.env,
+    ...(spec.workdir !== null ? { workdir: spec.workdir } : {}),
+    labels: { "proctor.run": env.runId, "proctor.trial": trialId },
+    lifetimeMs,
+    signal: startSignal,
+  });
+  onPending(create);
+  return phase("sandbox", () => create, image, startSignal).catch((error: unknown) => {
+    if (startBound.aborted && !signal.aborted) {
+      throw new SandboxStartError(`the sandbox did not start within ${SANDBOX_START_MS / 1000} s`, { cause: error });
+    }
+    throw error;
+  });
+}

@@ -1,0 +1,246 @@
+import { mkdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { AgentError, RunFatalAgentError } from "@proctor/agents";
+import { isPass } from "@proctor/reward";
+import { ImageError, RuntimeUnavailableError, SandboxStartError, SandboxStoppedError, retry, type Sandbox } from "@proctor/sandbox";
+import type { Phase, TaskSpec, TrialError, TrialResult } from "@proctor/schema";
+import { WorkspaceError } from "../errors";
+import { trialIdOf } from "../ids";
+import { runAgent } from "./agent";
+import { collectLogs, type Collected } from "./collect";
+import {
+  CHECKOUT_MS, HOUSEKEEPING_MS, SANDBOX_START_MS, message,
+  type Attempt, type AttemptState, type Budgets, type SandboxAttempt, type TrialEnvironment,
+} from "./context";
+import { startSandbox } from "./environment";
+import { asStopped, guardVerifier, rewardChangedAfterRead, runVerifier, type RewardRead } from "./verify";
+import { setUpWorkspace } from "./workspace";
+
+/** Infra errors that justify starting the trial again in a new sandbox. */
+export function isRetryableInfra(error: unknown): boolean {
+  return error instanceof ImageError || error instanceof SandboxStartError || error instanceof RuntimeUnavailableError;
+}
+
+/** The whole-trial deadline passed; the trial ends as an infra error. */
+class TrialDeadlineError extends Error {
+  override name = "TrialDeadlineError";
+}
+
+/** Stops waiting for `promise` when `signal` aborts (the sandbox kill then ends the work itself). */
+function raceSignal<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) {
+    promise.catch(() => undefined);
+    return Promise.reject(signal.reason);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(error);
+      },
+    );
+  });
+}
+
+function budgetsOf(task: TaskSpec, multiplier: number): Budgets {
+  return {
+    buildMs: task.environment.buildTimeoutSec * 1000 * multiplier,
+    installMs: task.workspace ? task.workspace.installTimeoutSec * 1000 * multiplier : 0,
+    agentMs: task.agent.timeoutSec * 1000 * multiplier,
+    verifierMs: task.verifier.timeoutSec * 1000 * multiplier,
+    checksMs: task.verifier.mode === "checks" ? task.verifier.checks.reduce((s, c) => s + c.timeoutSec * 1000 * multiplier, 0) : 0,
+  };
+}
+
+/** The most a trial may take from start to end (every phase's budget plus housekeeping). */
+function trialBudgetMs(task: TaskSpec, b: Budgets): number {
+  return b.buildMs + SANDBOX_START_MS + (task.workspace ? CHECKOUT_MS + b.installMs : 0) + b.agentMs + b.verifierMs + b.checksMs + 4 * HOUSEKEEPING_MS;
+}
+
+/**
+ * Run one trial (task x attempt) to its result: fresh sandbox, workspace, agent, verifier, log
+ * collection, sandbox removal. Infra errors from image resolution and sandbox start are retried up
+ * to `maxInfraRetries` times. Returns null when `signal` (the run's) aborted the trial: such a
+ * trial is not a result and a resume runs it again. Throws RunFatalAgentError (the run must stop).
+ */
+export async function runTrial(task: TaskSpec, attempt: number, env: TrialEnvironment, signal: AbortSignal): Promise<TrialResult | null> {
+  const trialId = trialIdOf(task.id, attempt);
+  const startedAt = new Date();
+  let retries = 0;
+  let outcome: AttemptState;
+  try {
+    outcome = await retry(
+      async (n) => {
+        retries = n - 1;
+        env.emit({ type: "trial_started", trialId, taskId: task.id, data: { attempt, retry: retries } });
+        return await runAttempt(task, trialId, env, signal);
+      },
+      {
+        retries: env.maxInfraRetries,
+        baseDelayMs: env.retryBaseDelayMs,
+        clock: env.clock,
+        signal,
+        shouldRetry: isRetryableInfra,
+        onRetry: (error, n, delayMs) => {
+          env.logger.warn("infra error; retrying the trial", { trialId, retry: n, delayMs, error: message(error) });
+          env.emit({ type: "trial_retry", trialId, taskId: task.id, data: { retry: n, delayMs, message: message(error) } });
+        },
+      },
+    );
+  } catch (error) {
+    if (error instanceof RunFatalAgentError) throw error;
+    if (signal.aborted) return null;
+    outcome = { phases: [], errors: [{ kind: "infra", message: message(error) }], reward: null, agent: null, checks: null, integrity: null };
+  }
+  if (signal.aborted) return null;
+
+  const finishedAt = new Date();
+  // A passing reward passes (the work may be done despite an agent timeout or a failed install);
+  // tampering sets the reward to 0 along with its error.
+  const passed = outcome.reward !== null && isPass(outcome.reward);
+  const firstError = outcome.errors[0] ?? null;
+  let status: TrialResult["status"];
+  let error: TrialError | null = null;
+  if (passed) status = "passed";
+  else if (firstError) {
+    status = "error";
+    error = firstError;
+  } else if (outcome.reward !== null) status = "failed";
+  else {
+    status = "error";
+    error = { kind: "verifier", message: "the verifier produced no reward" };
+  }
+  if (outcome.integrity) outcome.integrity.flagged = status === "passed" && outcome.integrity.survivors.length > 0;
+  return {
+    trialId,
+    taskId: task.id,
+    attempt,
+    category: task.category,
+    difficulty: task.difficulty,
+    status,
+    reward: outcome.reward,
+    error,
+    durationMs: finishedAt.getTime() - startedAt.getTime(),
+    startedAt: startedAt.toISOString(),
+    finishedAt: finishedAt.toISOString(),
+    retries,
+    phases: outcome.phases,
+    agent: outcome.agent,
+    checks: outcome.checks,
+    integrity: outcome.integrity,
+  };
+}
+
+/** One try of the pipeline in one sandbox. Throws only errors that `isRetryableInfra` may retry, a fatal agent error, or an abort. */
+async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment, runSignal: AbortSignal): Promise<AttemptState> {
+  const budgets = budgetsOf(task, env.timeoutMultiplier);
+  const budgetMs = trialBudgetMs(task, budgets);
+  const trialDir = join(env.runDir, "trials", trialId);
+  await rm(trialDir, { recursive: true, force: true });
+  await mkdir(join(trialDir, "agent"), { recursive: true });
+  await mkdir(join(trialDir, "verifier"), { recursive: true });
+
+  // One signal for everything in this attempt: the run's abort or the whole-trial deadline.
+  const controller = new AbortController();
+  const onRunAbort = () => controller.abort(runSignal.reason);
+  runSignal.addEventListener("abort", onRunAbort, { once: true });
+  if (runSignal.aborted) controller.abort(runSignal.reason);
+  const deadlineStop = new AbortController();
+  env.clock.sleep(budgetMs, deadlineStop.signal).then(
+    () => controller.abort(new TrialDeadlineError(`trial ${trialId} passed its whole-trial deadline of ${Math.round(budgetMs / 1000)} s`)),
+    () => undefined,
+  );
+  const signal = controller.signal;
+
+  const state: AttemptState = { phases: [], errors: [], reward: null, agent: null, checks: null, integrity: null };
+  const phase = async <T>(name: Phase, fn: () => Promise<T>, detail?: string, bound: AbortSignal = signal): Promise<T> => {
+    env.emit({ type: "trial_phase", trialId, taskId: task.id, data: { phase: name, status: "started", ...(detail ? { detail } : {}) } });
+    const t0 = Date.now();
+    try {
+      return await raceSignal(fn(), bound);
+    } finally {
+      const durationMs = Date.now() - t0;
+      state.phases.push({ phase: name, durationMs });
+      env.emit({ type: "trial_phase", trialId, taskId: task.id, data: { phase: name, status: "finished", durationMs } });
+    }
+  };
+  const attempt: Attempt = { task, trialId, trialDir, env, signal, budgets, state, phase };
+
+  let sandbox: Sandbox | null = null;
+  let pending: Promise<Sandbox> | null = null;
+  let collected = false;
+  // Collect has its own bound: logs are still worth having after the trial deadline passed.
+  const collect = (box: Sandbox): Promise<Collected | null> => {
+    collected = true;
+    return phase("collect", () => collectLogs(box, trialDir, env.limits), undefined, AbortSignal.timeout(HOUSEKEEPING_MS)).catch((error: unknown) => {
+      // Logs are evidence, not the score: the trial keeps its result, the log says what is missing.
+      env.logger.warn("collecting sandbox logs failed", { trialId, error: message(error) });
+      return null;
+    });
+  };
+  try {
+    sandbox = await startSandbox(attempt, budgetMs + HOUSEKEEPING_MS, (create) => (pending = create));
+    const inSandbox: SandboxAttempt = { ...attempt, sandbox };
+    await setUpWorkspace(inSandbox);
+    await runAgent(inSandbox);
+    // The verifier runs even after an agent timeout or failure: the work may be done.
+    const read = await phase("verifier", () => verifyAttempt(inSandbox));
+    await collect(sandbox);
+    // After collect, so a process rewriting the reward in a loop has had time to show itself.
+    if (read) await checkRewardUnchanged(inSandbox, read);
+    return state;
+  } catch (error) {
+    if (runSignal.aborted) throw runSignal.reason ?? error;
+    if (isRetryableInfra(error) || error instanceof RunFatalAgentError) throw error;
+    state.errors.push({ kind: classify(error), message: message(error) });
+    return state;
+  } finally {
+    deadlineStop.abort();
+    runSignal.removeEventListener("abort", onRunAbort);
+    if (sandbox) {
+      const box = sandbox;
+      if (!runSignal.aborted && !collected) await collect(box);
+      await box.kill().catch((error: unknown) => env.logger.error("removing the sandbox failed", { trialId, sandbox: box.id, error: message(error) }));
+    } else if (pending) {
+      // The sandbox may still appear after we stopped waiting for it: remove it when it does.
+      await (pending as Promise<Sandbox>)
+        .then(
+          (late) => late.kill(),
+          () => undefined,
+        )
+        .catch((error: unknown) => env.logger.error("removing a late sandbox failed", { trialId, error: message(error) }));
+    }
+  }
+}
+
+/** Guard (tampering, leftover processes, isolation), then the verifier itself. */
+async function verifyAttempt(attempt: SandboxAttempt): Promise<RewardRead | null> {
+  return asStopped(attempt.sandbox, attempt.signal, async () => {
+    if (!(await guardVerifier(attempt))) return null;
+    return runVerifier(attempt);
+  });
+}
+
+/** A reward file that changed after the verifier's exec read it was rewritten by someone else. */
+async function checkRewardUnchanged(attempt: SandboxAttempt, read: RewardRead): Promise<void> {
+  const { state } = attempt;
+  const changed = await rewardChangedAfterRead(attempt, read);
+  if (changed.length === 0) return;
+  state.errors.unshift({ kind: "agent", message: `tampered: ${changed.join(", ")} changed after the verifier's reward was read` });
+  state.reward = 0;
+  if (state.integrity) state.integrity.tampered.push(...changed);
+}
+
+function classify(error: unknown): TrialError["kind"] {
+  if (error instanceof WorkspaceError) return "setup";
+  if (error instanceof AgentError) return "agent";
+  // Only processes inside the sandbox (the agent's, or its memory use) stop a started sandbox.
+  if (error instanceof SandboxStoppedError) return "agent";
+  return "infra";
+}

@@ -1,0 +1,376 @@
+import { randomUUID } from "node:crypto";
+import { mkdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { CappedFile } from "@proctor/agents";
+import { parseReward } from "@proctor/reward";
+import { SANDBOX_PATHS, SandboxStoppedError, type ExecOptions, type ExecResult, type Sandbox } from "@proctor/sandbox";
+import type { CheckResult, Integrity } from "@proctor/schema";
+import { findTampering } from "../integrity";
+import { CHECK_OUTPUT_BYTES, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, isolates, message, tail, throwIfAborted, type SandboxAttempt } from "./context";
+
+const REWARD_MAX_BYTES = 1024 * 1024;
+const VERIFIER_DIR = `\${PROCTOR_VERIFIER_LOGS_DIR:-${SANDBOX_PATHS.verifierLogs}}`;
+const TESTS_DIR = `\${PROCTOR_TESTS_DIR:-${SANDBOX_PATHS.tests}}`;
+
+/** The reward files exactly as the verifier's own exec read them, right after the tests exited. */
+export interface RewardRead {
+  json: RewardFile;
+  txt: RewardFile;
+  exitCode: number;
+}
+/** `stamp` is the file's inode and change time (ns): any write after the read changes it. */
+type RewardFile = { state: "none" } | { state: "file"; data: Buffer; stamp: string } | { state: "link" | "other" };
+
+/** argv running `script` with the sandbox's trusted shell (the read-only busybox in a container). */
+function trusted(sandbox: Sandbox, script: string, args: string[] = []): string[] {
+  return [...sandbox.trustedTools, "sh", "-c", script, "proctor", ...args];
+}
+
+function adminOptions(sandbox: Sandbox): Pick<ExecOptions, "user"> {
+  return sandbox.adminUser !== undefined ? { user: sandbox.adminUser } : {};
+}
+
+const stoppedError = () =>
+  new SandboxStoppedError("the sandbox stopped during the agent's run (every process in it was killed, or it ran out of memory), so nothing could be verified");
+
+async function assertRunning(sandbox: Sandbox): Promise<void> {
+  if (sandbox.isRunning && !(await sandbox.isRunning())) throw stoppedError();
+}
+
+/**
+ * Whether the sandbox has stopped, allowing a moment for a stop in progress to show: a container
+ * whose processes were all killed may still be reported running for a few ms.
+ */
+export async function stoppedForGood(sandbox: Sandbox, settleMs = 3000): Promise<boolean> {
+  if (!sandbox.isRunning) return false;
+  const until = Date.now() + settleMs;
+  for (;;) {
+    const running = await sandbox.isRunning().catch(() => true);
+    if (!running) return true;
+    if (Date.now() >= until) return false;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** Any failure while verifying becomes "the sandbox stopped" when it has: the agent's doing, not infra's. */
+export async function asStopped<T>(sandbox: Sandbox, signal: AbortSignal, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    if (signal.aborted) throw error;
+    if (error instanceof SandboxStoppedError || (await stoppedForGood(sandbox))) throw stoppedError();
+    throw error;
+  }
+}
+
+/**
+ * Before the verifier: what did the agent change that the verifier relies on, and which of its
+ * processes are alive? In strict isolation every process is ended (by construction, through the
+ * runtime) and that is confirmed. Returns false when the trial cannot be verified (tampered, or
+ * isolation could not be confirmed): the reason is in `state.errors`.
+ */
+export async function guardVerifier(attempt: SandboxAttempt): Promise<boolean> {
+  const { sandbox, task, state } = attempt;
+  await assertRunning(sandbox);
+  const caps = sandbox.capabilities;
+  const strict = isolates(task, attempt.env);
+  const integrity: Integrity = { isolation: strict ? "isolated" : "shared", tamperChecked: false, tampered: [], survivors: [], flagged: false, note: null };
+  state.integrity = integrity;
+  const notes: string[] = [];
+
+  if (caps.changes && sandbox.changes) {
+    integrity.tampered = await tamperedPaths(sandbox, task.verifier.allowChanges);
+    integrity.tamperChecked = true;
+  } else {
+    notes.push(`the ${sandbox.runtime} runtime cannot compare the sandbox's files with its image, so tampering with the verifier's tools was not checked`);
+  }
+  if (integrity.tampered.length > 0) {
+    state.errors.push({ kind: "agent", message: `tampered: ${integrity.tampered.join(", ")}` });
+    state.reward = 0;
+    integrity.note = notes.join("; ") || null;
+    return false;
+  }
+
+  if (strict) {
+    // run.ts refuses strict isolation up front on a runtime without killAll.
+    if (!caps.killAll || !sandbox.killAll || !sandbox.processes) throw new Error(`the ${sandbox.runtime} runtime cannot isolate the verifier (no killAll)`);
+    await sandbox.killAll();
+    const alive = await sandbox.processes();
+    if (alive.length > 0) {
+      state.errors.push({ kind: "verifier", message: `strict isolation failed: ${alive.length} process(es) alive after every process was ended: ${alive.map((p) => `${p.pid} ${p.command}`).join("; ").slice(0, 500)}` });
+      integrity.note = notes.join("; ") || null;
+      return false;
+    }
+  } else if (caps.processes && sandbox.processes) {
+    integrity.survivors = await sandbox.processes();
+  } else {
+    notes.push(`the ${sandbox.runtime} runtime cannot list the agent's leftover processes`);
+  }
+  integrity.note = notes.join("; ") || null;
+  return true;
+}
+
+async function tamperedPaths(sandbox: Sandbox, allowed: readonly string[]): Promise<string[]> {
+  const changes = await (sandbox.changes as () => ReturnType<NonNullable<Sandbox["changes"]>>).call(sandbox);
+  return findTampering(changes, allowed, {
+    exists: async (paths) => {
+      if (paths.length === 0) return new Set();
+      const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do [ -e "$p" ] && echo "$p"; done; exit 0', paths), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
+      return new Set(result.stdout.split("\n").filter(Boolean));
+    },
+    readText: async (path) => (await sandbox.readFile(path, { maxBytes: REWARD_MAX_BYTES }).catch(() => null))?.toString("utf8") ?? null,
+  });
+}
+
+/**
+ * Empties /logs/verifier (and /tests for a reward-file verifier) with the trusted shell, then
+ * confirms through the runtime's archive API that no reward file is left.
+ */
+async function prepareDirs(attempt: SandboxAttempt, testsDir: boolean): Promise<boolean> {
+  const { sandbox, signal, state } = attempt;
+  const dirs = testsDir ? '"$v" "$t"' : '"$v"';
+  const script = `v="${VERIFIER_DIR}"; t="${TESTS_DIR}"; rm -rf "$v" ${testsDir ? '"$t"' : ""} && mkdir -p ${dirs} && chmod 777 "$v" && [ -d "$v" ] && [ ! -L "$v" ] && [ -z "$(ls -A "$v")" ]`;
+  const result = await sandbox.exec(trusted(sandbox, script), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS, signal });
+  throwIfAborted(signal);
+  if (result.exitCode !== 0) {
+    if (await stoppedForGood(sandbox)) throw stoppedError();
+    state.errors.push({ kind: "verifier", message: `could not empty /logs/verifier${testsDir ? " and /tests" : ""} before verifying (exit ${result.exitCode}): ${tail(result.stderr)}` });
+    return false;
+  }
+  const names = ["reward.json", "reward.txt"];
+  const planted = (
+    await Promise.all(
+      names.map((name) =>
+        sandbox.readFile(`${SANDBOX_PATHS.verifierLogs}/${name}`, { maxBytes: REWARD_MAX_BYTES }).then(
+          (data) => data !== null,
+          () => true, // present but not a readable file: still planted
+        ),
+      ),
+    )
+  ).flatMap((present, i) => (present ? [`${SANDBOX_PATHS.verifierLogs}/${names[i]}`] : []));
+  if (planted.length > 0) {
+    state.errors.push({ kind: "verifier", message: `${planted.join(" and ")} still existed after /logs/verifier was emptied: the sandbox cannot be scored` });
+    return false;
+  }
+  return true;
+}
+
+/**
+ * The verifier's launcher, run by the trusted shell: the task's command under the image's own
+ * /bin/sh (no login shell, no rc files), then, in the same exec, the reward files as they are the
+ * moment the tests exit, after a marker line only Proctor knows.
+ */
+const REWARD_WRAPPER = `
+marker="$1"; cmd="$2"
+/bin/sh -c "$cmd"
+status=$?
+v="${VERIFIER_DIR}"
+printf '\\n%s\\n' "$marker"
+for n in reward.json reward.txt; do
+  f="$v/$n"
+  if [ -L "$f" ]; then echo "$n link"
+  elif [ -f "$f" ]; then printf '%s file %s ' "$n" "$(stat -c '%i:%z' "$f" | tr ' ' _)"; head -c ${REWARD_MAX_BYTES + 1} "$f" | base64 -w0; echo
+  elif [ -e "$f" ]; then echo "$n other"
+  else echo "$n none"; fi
+done
+echo "status $status"
+`;
+
+const CHECK_WRAPPER = `exec bash --noprofile --norc -c "$1"`;
+
+/** Splits the wrapper's stdout into the tests' output (streamed on) and Proctor's trailer after the marker. */
+class TrailerSplitter {
+  private held = Buffer.alloc(0);
+  private trailerChunks: Buffer[] = [];
+  private trailerBytes = 0;
+  private found = false;
+  constructor(
+    private readonly marker: Buffer,
+    private readonly sink: (chunk: Buffer) => void,
+  ) {}
+
+  push(chunk: Buffer): void {
+    if (this.found) return this.keep(chunk);
+    const data = Buffer.concat([this.held, chunk]);
+    const at = data.indexOf(this.marker);
+    if (at >= 0) {
+      this.found = true;
+      this.sink(data.subarray(0, at));
+      this.held = Buffer.alloc(0);
+      return this.keep(data.subarray(at + this.marker.length));
+    }
+    // Hold back what could be the start of the marker.
+    const keepFrom = Math.max(0, data.length - this.marker.length + 1);
+    this.sink(data.subarray(0, keepFrom));
+    this.held = Buffer.from(data.subarray(keepFrom));
+  }
+
+  end(): string | null {
+    if (!this.found) {
+      this.sink(this.held);
+      return null;
+    }
+    return Buffer.concat(this.trailerChunks).toString("utf8");
+  }
+
+  private keep(chunk: Buffer): void {
+    if (this.trailerBytes > 4 * REWARD_MAX_BYTES) return;
+    this.trailerChunks.push(chunk);
+    this.trailerBytes += chunk.length;
+  }
+}
+
+function parseTrailer(trailer: string): RewardRead | null {
+  const lines = trailer.split("\n").map((l) => l.trim());
+  const file = (name: string): RewardFile | null => {
+    const line = lines.find((l) => l.startsWith(`${name} `));
+    if (!line) return null;
+    const [, state, stamp, data] = line.split(" ");
+    if (state === "none") return { state: "none" };
+    if (state === "link" || state === "other") return { state };
+    if (state === "file" && stamp) return { state: "file", stamp, data: Buffer.from(data ?? "", "base64") };
+    return null;
+  };
+  const json = file("reward.json");
+  const txt = file("reward.txt");
+  const status = lines.find((l) => l.startsWith("status "));
+  if (!json || !txt || !status) return null;
+  return { json, txt, exitCode: Number(status.slice("status ".length)) };
+}
+
+/**
+ * Phase 5: empty the verifier's directories, upload the tests fresh and run them. For a
+ * reward-file verifier the reward is read in the same exec, right after the tests exit; for
+ * checks every check runs with bash (no profile, no rc files) and all must exit 0.
+ * Returns the reward read, or null (checks mode, or an error was recorded).
+ */
+export async function runVerifier(attempt: SandboxAttempt): Promise<RewardRead | null> {
+  const { task, sandbox, signal, state, env, trialDir } = attempt;
+  const verifier = task.verifier;
+  if (verifier.mode === "checks" && verifier.checks.length === 0) {
+    state.errors.push({ kind: "verifier", message: `task ${task.id} has no checks: nothing would be verified, so it cannot pass` });
+    return null;
+  }
+  if (!(await prepareDirs(attempt, verifier.mode !== "checks"))) return null;
+  const admin = adminOptions(sandbox);
+
+  if (verifier.mode === "checks") {
+    if (verifier.testsDir) await sandbox.upload(verifier.testsDir, `${sandbox.workdir.replace(/\/+$/, "")}/tests`);
+    const checks: CheckResult[] = [];
+    for (const check of verifier.checks) {
+      const result = await sandbox.exec(trusted(sandbox, CHECK_WRAPPER, [check.command]), {
+        ...admin,
+        env: verifier.env,
+        timeoutMs: check.timeoutSec * 1000 * env.timeoutMultiplier,
+        signal,
+        maxOutputBytes: CHECK_OUTPUT_BYTES,
+      });
+      throwIfAborted(signal);
+      checks.push({
+        name: check.name,
+        passed: !result.timedOut && result.exitCode === 0,
+        exitCode: result.timedOut ? null : result.exitCode,
+        timedOut: result.timedOut,
+        output: outputOf(result, CHECK_OUTPUT_BYTES),
+      });
+    }
+    state.checks = checks;
+    state.reward = checks.every((c) => c.passed) ? 1 : 0;
+    return null;
+  }
+
+  if (verifier.testsDir) await sandbox.upload(verifier.testsDir, SANDBOX_PATHS.tests);
+  const out = await CappedFile.open(join(trialDir, "verifier", "test-stdout.txt"), VERIFIER_LOG_BYTES);
+  const err = await CappedFile.open(join(trialDir, "verifier", "test-stderr.txt"), VERIFIER_LOG_BYTES);
+  const marker = `@@proctor-reward-${randomUUID()}@@`;
+  const splitter = new TrailerSplitter(Buffer.from(`\n${marker}\n`), (c) => out.write(c));
+  let result: ExecResult;
+  let trailer: string | null;
+  try {
+    result = await sandbox.exec(trusted(sandbox, REWARD_WRAPPER, [marker, verifier.command]), {
+      ...admin,
+      env: verifier.env,
+      timeoutMs: attempt.budgets.verifierMs,
+      signal,
+      onStdout: (c) => splitter.push(c),
+      onStderr: (c) => err.write(c),
+      maxOutputBytes: CHECK_OUTPUT_BYTES,
+    });
+  } finally {
+    trailer = splitter.end();
+    await Promise.all([out.close(), err.close()]);
+  }
+  throwIfAborted(signal);
+  if (result.timedOut) {
+    state.errors.push({ kind: "verifier", message: `the verifier timed out after ${Math.round(attempt.budgets.verifierMs / 1000)} s` });
+    return null;
+  }
+  const read = trailer === null ? null : parseTrailer(trailer);
+  if (read === null) {
+    state.errors.push({ kind: "verifier", message: `the verifier's launcher did not report the reward files (exit ${result.exitCode}): ${tail(result.stderr, 3)}` });
+    return null;
+  }
+  await keepRewardCopies(trialDir, read);
+  scoreReward(read, state);
+  return read;
+}
+
+/** Proctor's own copy of the reward files it scored, beside the tests' output. */
+async function keepRewardCopies(trialDir: string, read: RewardRead): Promise<void> {
+  const dir = join(trialDir, "verifier");
+  await mkdir(dir, { recursive: true });
+  for (const [name, file] of [["reward.json", read.json], ["reward.txt", read.txt]] as const) {
+    if (file.state === "file") await writeFile(join(dir, name), file.data);
+  }
+}
+
+function scoreReward(read: RewardRead, state: SandboxAttempt["state"]): void {
+  const text = (file: RewardFile, name: string): string | null => {
+    if (file.state === "none") return null;
+    if (file.state !== "file") throw new Error(`${SANDBOX_PATHS.verifierLogs}/${name} is a ${file.state === "link" ? "symbolic link" : "special file"}, not a file the verifier wrote`);
+    if (file.data.length > REWARD_MAX_BYTES) throw new Error(`${SANDBOX_PATHS.verifierLogs}/${name} is larger than ${REWARD_MAX_BYTES} bytes`);
+    return file.data.toString("utf8");
+  };
+  try {
+    state.reward = parseReward({
+      json: text(read.json, "reward.json"),
+      txt: text(read.txt, "reward.txt"),
+      jsonName: `${SANDBOX_PATHS.verifierLogs}/reward.json`,
+      txtName: `${SANDBOX_PATHS.verifierLogs}/reward.txt`,
+    }).reward;
+  } catch (error) {
+    state.errors.push({ kind: "verifier", message: `${message(error)}${read.exitCode !== 0 ? ` (the verifier exited with ${read.exitCode})` : ""}` });
+  }
+}
+
+function outputOf(result: ExecResult, cap: number): string {
+  const text = [result.stdout, result.stderr].filter((s) => s.length > 0).join("\n");
+  return Buffer.byteLength(text) <= cap ? text : `${Buffer.from(text).subarray(0, cap).toString("utf8")}\n[proctor: output cut]`;
+}
+
+const STAMP_SCRIPT = `v="${VERIFIER_DIR}"
+for n in reward.json reward.txt; do
+  f="$v/$n"
+  if [ -L "$f" ]; then echo "$n link"; elif [ -f "$f" ]; then echo "$n $(stat -c '%i:%z' "$f" | tr ' ' _)"; elif [ -e "$f" ]; then echo "$n other"; else echo "$n none"; fi
+done`;
+
+/**
+ * The reward files that were written, replaced or removed after the verifier's exec read them
+ * (a process outside the verifier rewrote them): compared by inode and change time, so even a
+ * rewrite with the same content counts.
+ */
+export async function rewardChangedAfterRead(attempt: SandboxAttempt, read: RewardRead): Promise<string[]> {
+  const { sandbox } = attempt;
+  const result = await sandbox.exec(trusted(sandbox, STAMP_SCRIPT), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
+  if (result.exitCode !== 0) throw new Error(`re-reading the reward files' stamps failed (exit ${result.exitCode}): ${tail(result.stderr, 3)}`);
+  const now = new Map(result.stdout.trim().split("\n").map((line) => {
+    const [name = "", stamp = ""] = line.split(" ");
+    return [name, stamp] as const;
+  }));
+  const changed: string[] = [];
+  for (const [name, file] of [["reward.json", read.json], ["reward.txt", read.txt]] as const) {
+    const before = file.state === "file" ? file.stamp : file.state;
+    if (now.get(name) !== before) changed.push(`${SANDBOX_PATHS.verifierLogs}/${name}`);
+  }
+  return changed;
+}

@@ -1,0 +1,105 @@
+import Dockerode from "dockerode";
+import type { Sandbox } from "@proctor/sandbox";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { dockerTestGate } from "./gate";
+import { DockerRuntime } from "./runtime";
+import { parseProcessListing } from "./processes";
+import { BUSYBOX, testContainers } from "./test-helpers";
+import { isStaticElf } from "./toolchain";
+
+const docker = new Dockerode();
+const run = await dockerTestGate(docker);
+const BASE = "proctor/base:bookworm";
+
+async function until(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    if (await check()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  return check();
+}
+
+describe("parseProcessListing", () => {
+  it("leaves out PID 1, the keep-alive, its children and the listing itself, whatever they are called", () => {
+    const output = [
+      "SELF 40",
+      "T 1 (docker-init) S 0 1",
+      "T 7 (busybox) S 1 7",
+      "T 8 (sleep) S 7 7",
+      "T 12 (proctor-init) S 1 12",
+      "T 13 (python3) S 1 12",
+      "T 40 (busybox) R 0 40",
+      "T 41 (sh) Z 40 40",
+      "P 12 sh -c evil proctor-init",
+      "P 13 python3 -m http.server 8000",
+      "S 13 555",
+      "L 1F40 555",
+    ].join("\n");
+    expect(parseProcessListing(output, 7)).toEqual([
+      { pid: 12, ppid: 1, command: "sh -c evil proctor-init", ports: [] },
+      { pid: 13, ppid: 1, command: "python3 -m http.server 8000", ports: [8000] },
+    ]);
+  });
+
+  it("keeps a process that died between the two passes, under its short name", () => {
+    expect(parseProcessListing("SELF 9\nT 5 (hop (x)) S 1 5", 2)).toEqual([{ pid: 5, ppid: 1, command: "[hop (x)]", ports: [] }]);
+  });
+});
+
+describe("isStaticElf", () => {
+  it("tells a static binary from a dynamic one and from non-ELF data", async () => {
+    const { readFile } = await import("node:fs/promises");
+    expect(isStaticElf(await readFile(process.execPath))).toBe(false);
+    expect(isStaticElf(Buffer.from("#!/bin/sh\n"))).toBe(false);
+  });
+});
+
+describe.skipIf(!run)("Docker sandbox isolation primitives", () => {
+  const tracked = testContainers(docker, "isolation");
+  const runtime = new DockerRuntime({ docker, warmPool: 0, lifetimeStepMs: 1000 });
+  let sandbox: Sandbox;
+
+  beforeAll(async () => {
+    sandbox = await runtime.create({ image: BASE, labels: tracked.labels });
+  });
+  afterAll(async () => {
+    await sandbox?.kill();
+    await runtime.drain();
+    await tracked.cleanup();
+  });
+
+  it("mounts a trusted busybox that root in the container can neither change nor remount", async () => {
+    const result = await sandbox.exec({ shell: "cp /bin/ls /.proctor/busybox 2>&1; echo x >> /.proctor/busybox 2>&1; mount -o remount,rw /.proctor 2>&1; /.proctor/busybox true && echo usable" }, { user: "0" });
+    expect(result.stdout).toMatch(/Read-only file system/);
+    expect(result.stdout).toMatch(/usable\n$/);
+  });
+
+  it("lists the agent's processes with their listening ports, and killAll ends them all while files stay", async () => {
+    await sandbox.exec({ shell: "echo kept > /app/file; (setsid env -i python3 -m http.server 8123 >/dev/null 2>&1 &); (setsid bash -c 'exec -a proctor-init sleep 300' &); sleep 1" });
+    const before = await sandbox.processes!();
+    expect(before.find((p) => p.command.includes("http.server"))?.ports).toEqual([8123]);
+    // Named like the keep-alive, still listed: the keep-alive is known by its pid.
+    expect(before.some((p) => p.command === "proctor-init 300")).toBe(true);
+    await sandbox.killAll!();
+    expect(await sandbox.processes!()).toEqual([]);
+    expect((await sandbox.exec(["cat", "/app/file"])).stdout).toBe("kept\n");
+  });
+
+  it("reports files changed against the image, as the daemon sees them", async () => {
+    await sandbox.exec({ shell: "echo 'exit 0' > /etc/profile.d/zz.sh && rm /usr/bin/tac" }, { user: "0" });
+    const changes = await sandbox.changes!();
+    expect(changes).toEqual(expect.arrayContaining([{ path: "/etc/profile.d/zz.sh", kind: "added" }, { path: "/usr/bin/tac", kind: "deleted" }]));
+    expect(await sandbox.diskUsageBytes!()).toBeGreaterThan(0);
+  });
+
+  it("a sandbox stops by itself at the end of its lifetime, with nobody left to kill it", async () => {
+    const short = await runtime.create({ image: BUSYBOX, labels: tracked.labels, lifetimeMs: 1000 });
+    try {
+      expect(await short.isRunning!()).toBe(true);
+      expect(await until(async () => !(await short.isRunning!()), 20_000)).toBe(true);
+    } finally {
+      await short.kill();
+    }
+  }, 30_000);
+});

@@ -1,0 +1,63 @@
+import type { Duplex } from "node:stream";
+import type Dockerode from "dockerode";
+import { SANDBOX_PATHS, SandboxStartError } from "@proctor/sandbox";
+import { FrameDemuxer } from "./frames";
+
+export const READY = "proctor-sandbox-ready";
+export const SETUP_FAILED = "proctor-sandbox-setup-failed";
+/** How long a started container may take to print READY before giving up. */
+const READY_TIMEOUT_MS = 60_000;
+
+/**
+ * Runs `start` (a start or restart of the container) with its output attached and resolves with
+ * the keep-alive's pid once the entrypoint reported READY.
+ */
+export async function startAndWaitReady(container: Dockerode.Container, start: () => Promise<unknown>, signal: AbortSignal | undefined): Promise<number> {
+  const output = (await container.attach({ stream: true, stdout: true, stderr: true })) as unknown as Duplex;
+  try {
+    const ready = waitForReady(output, READY_TIMEOUT_MS, signal);
+    // Awaited below; if start() fails first, start's error is the one reported.
+    ready.catch(() => undefined);
+    await start();
+    return await ready;
+  } finally {
+    output.destroy();
+  }
+}
+
+/**
+ * Resolves with the keep-alive's pid when the entrypoint prints READY on the (multiplexed) attach
+ * stream; rejects when it reports a failed setup, stops first, takes longer than `timeoutMs`, or
+ * on abort.
+ */
+function waitForReady(stream: Duplex, timeoutMs: number, signal: AbortSignal | undefined): Promise<number> {
+  return new Promise((resolve, reject) => {
+    let seen = "";
+    let done = false;
+    const finish = (error: Error | null, pid = 0) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+      stream.removeAllListeners("data");
+      if (error === null) resolve(pid);
+      else reject(error);
+    };
+    const onAbort = () => finish(new SandboxStartError("Creating the sandbox was cancelled.", { cause: signal?.reason }));
+    const timer = setTimeout(() => finish(new SandboxStartError(`The container did not become ready within ${timeoutMs} ms. Output so far: ${seen.slice(-500)}`)), timeoutMs);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    const demux = new FrameDemuxer((_which, chunk) => {
+      if (seen.length < 64 * 1024) seen += chunk.toString();
+      if (seen.includes(`${SETUP_FAILED}\n`)) {
+        finish(new SandboxStartError(`Creating ${SANDBOX_PATHS.agentLogs} and ${SANDBOX_PATHS.verifierLogs} in the container failed: ${seen.replace(SETUP_FAILED, "").trim().slice(-500)}`));
+      } else {
+        const ready = new RegExp(`${READY} (\\d+)\n`).exec(seen);
+        if (ready) finish(null, Number(ready[1]));
+      }
+    });
+    stream.on("data", (chunk: Buffer) => demux.push(chunk));
+    stream.once("end", () => finish(new SandboxStartError(`The container stopped before it was ready. Its output: ${seen.slice(-500) || "(none)"}`)));
+    stream.once("close", () => finish(new SandboxStartError("The container's output closed before it was ready.")));
+    stream.once("error", (error: Error) => finish(new SandboxStartError(`Reading the container's output failed: ${error.message}`, { cause: error })));
+  });
+}
