@@ -59,7 +59,9 @@ afterAll(async () => {
 
 async function check(runtime: string) {
   const out = join(work, `runs-${runtime}`);
-  const r = await proctor(["run", archive, "--runtime", runtime, "-o", out, "--run-id", "te", "--json"]);
+  // Check tasks isolate the verifier by default, which only Docker can guarantee.
+  const isolation = runtime === "local" ? ["--no-isolate-verifier"] : [];
+  const r = await proctor(["run", archive, "--runtime", runtime, "-o", out, "--run-id", "te", "--json", ...isolation]);
   expect(r.code, r.stderr).toBe(0);
   const summary = JSON.parse(r.stdout);
   expect(summary.trials).toMatchObject({ total: 2, passed: 1, failed: 1, errored: 0 });
@@ -82,6 +84,12 @@ async function check(runtime: string) {
 const docker = await dockerTestGate();
 
 describe("proctor run <term-executor archive>", () => {
+  test("local runtime refuses check tasks' strict isolation unless told, naming the flag", async () => {
+    const r = await proctor(["run", archive, "--runtime", "local", "-o", join(work, "runs-refused"), "--run-id", "te"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/strict verifier isolation .* --no-isolate-verifier/);
+  });
+
   test("local runtime: the fixed task scores 1, the other 0, with per-check output", async () => {
     await check("local");
   });

@@ -45,6 +45,15 @@ export function renderSummary(summary: RunSummary): string {
   }
   const errors = Object.entries(summary.errorsByKind).filter(([, n]) => n > 0);
   if (errors.length > 0) lines.push(`errors         ${errors.map(([k, n]) => `${k} ${n}`).join(", ")}`);
+  const integrity = summary.integrity;
+  if (integrity && (integrity.passedWithSurvivors > 0 || integrity.tampered > 0 || integrity.unchecked > 0)) {
+    const parts = [
+      integrity.tampered > 0 ? `${integrity.tampered} tampered with the verifier (agent errors, reward 0)` : null,
+      integrity.passedWithSurvivors > 0 ? `${integrity.passedWithSurvivors} passed with agent processes alive (flagged: see integrity.survivors in result.json)` : null,
+      integrity.unchecked > 0 ? `${integrity.unchecked} not checked for tampering (the runtime cannot)` : null,
+    ].filter(Boolean);
+    lines.push(`integrity      ${parts.join("; ")}`);
+  }
   if (t.total < t.planned) lines.push(`unfinished     ${t.planned - t.total} of ${t.planned} planned trials`);
   lines.push(`status         ${summary.status} in ${formatDuration(summary.durationMs)}`);
   return lines.join("\n");

@@ -5,7 +5,7 @@ import { gcCommand } from "./commands/gc";
 import { reportCommand } from "./commands/report";
 import { serveCommand } from "./commands/serve";
 import { submitCommand } from "./commands/submit";
-import { ConfigMismatchError, RunDirectoryError } from "@proctor/engine";
+import { EngineError } from "@proctor/engine";
 import { AgentConfigError } from "@proctor/agents";
 import { RuntimeUnavailableError } from "@proctor/sandbox";
 import { ClientError, ServerConfigError } from "@proctor/server";
@@ -51,6 +51,8 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--resume <run-dir>", "continue a run: skip finished trials, refuse a changed config")
     .option("--timeout-multiplier <x>", "scale every task timeout", positiveNumber("--timeout-multiplier"), 1)
     .option("--default-image <image>", "image for tasks that name none (default on Docker: proctor/base:bookworm)")
+    .option("--isolate-verifier", "no agent process may be alive when the verifier starts, for every task (default: each task decides)")
+    .option("--no-isolate-verifier", "let agent processes live through verification, for every task (trusted agents; listed and flagged)")
     .option("--json", "print summary.json on stdout", false)
     .action(async (sources: string[], o) => {
       setExitCode(
@@ -68,6 +70,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
           resume: o.resume,
           timeoutMultiplier: o.timeoutMultiplier,
           defaultImage: o.defaultImage,
+          isolateVerifier: o.isolateVerifier,
           json: o.json,
           logger,
         }),
@@ -111,12 +114,15 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--allow-local-repos", "let uploads name repositories on this machine's disk", false)
     .option("--insecure", "allow --auth none on a non-loopback address", false)
     .option("--unsafe-local-runtime", "run uploads on the local runtime (host processes, no isolation): trusted uploads only", false)
+    .option("--isolate-verifier", "no agent process may be alive when any verifier starts (default: each task decides; check tasks isolate)")
+    .option("--no-isolate-verifier", "let agent processes live through verification for every task (needed with --unsafe-local-runtime for check tasks)")
     .action(async (o) =>
       setExitCode(
         await serveCommand({
           host: o.host, port: o.port, dataDir: o.dataDir, auth: o.auth, runtime: o.runtime, defaultImage: o.defaultImage,
           maxActiveBatches: o.maxActiveBatches, maxQueuedBatches: o.maxQueuedBatches, maxConcurrentTasks: o.maxConcurrentTasks,
-          insecure: o.insecure, hotkeysFile: o.hotkeysFile, retentionDays: o.retentionDays, allowLocalRepos: o.allowLocalRepos, unsafeLocalRuntime: o.unsafeLocalRuntime, logger,
+          insecure: o.insecure, hotkeysFile: o.hotkeysFile, retentionDays: o.retentionDays, allowLocalRepos: o.allowLocalRepos, unsafeLocalRuntime: o.unsafeLocalRuntime,
+          isolateVerifier: o.isolateVerifier, logger,
         }),
       ),
     );
@@ -162,7 +168,7 @@ export async function main(argv: string[]): Promise<number> {
       return error.exitCode;
     }
     // Errors the engine raises before any trial starts: the user's input, or the runtime.
-    if (error instanceof ConfigMismatchError || error instanceof RunDirectoryError || error instanceof AgentConfigError) {
+    if (error instanceof EngineError || error instanceof AgentConfigError) {
       process.stderr.write(`proctor: ${error.message}\n`);
       return 2;
     }

@@ -5,7 +5,7 @@ import type { Readable } from "node:stream";
 import { ArchiveError, LimitExceededError, extractArchive } from "@proctor/archive";
 import type { LimitName } from "@proctor/archive";
 import { AgentConfigError, resolveEntrypoint } from "@proctor/agents";
-import { startRun, writeJsonAtomic } from "@proctor/engine";
+import { startRun, writeJsonAtomic, type RunLimits } from "@proctor/engine";
 import type { EventBus } from "@proctor/events";
 import type { SandboxRuntime } from "@proctor/sandbox";
 import { TrialResult } from "@proctor/schema";
@@ -33,6 +33,10 @@ export interface BatchManagerOptions {
   retentionDays: number | null;
   /** Accept `repo:` paths on the server's own disk in workspace.yaml (tests, trusted users only). */
   allowLocalRepos: boolean;
+  /** Overrides every task's verifier isolation when set (`--isolate-verifier` / `--no-isolate-verifier`). */
+  isolateVerifier?: boolean;
+  /** Resource limits for uploaded tasks: defaults, maxima, collected log bytes. */
+  limits: RunLimits;
   logger: Logger;
   metrics: ServerMetrics;
 }
@@ -512,6 +516,8 @@ export class BatchManager {
         concurrency: batch.record.concurrentTasks,
         attempts: 1,
         defaultImage: this.options.defaultImage,
+        ...(this.options.isolateVerifier !== undefined ? { isolateVerifier: this.options.isolateVerifier } : {}),
+        limits: this.options.limits,
         resume,
         sources: [uploadDir],
         signal: controller.signal,

@@ -14,6 +14,17 @@ import { ServerError } from "./errors";
 import { ServerMetrics } from "./metrics";
 import { stagingDir } from "./store";
 import { DEFAULT_WS_OPTIONS, WsHub } from "./ws-hub";
+import type { RunLimits } from "@proctor/engine";
+
+/**
+ * Limits every uploaded task gets unless it asks for less (defaults), and that no uploaded task
+ * may exceed (maxima, refused before the batch starts). Uploads are untrusted code.
+ */
+export const UPLOAD_LIMITS: RunLimits = Object.freeze({
+  defaults: { memoryMb: 4096, cpus: 2, pidsLimit: 1024, storageMb: 10_240 },
+  max: { memoryMb: 16_384, cpus: 8, storageMb: 51_200 },
+  logBytes: 50 * 1024 * 1024,
+});
 
 export interface StartServerOptions {
   host: string;
@@ -46,6 +57,13 @@ export interface StartServerOptions {
    * untrusted and must not read the host's repositories). For tests and trusted setups.
    */
   allowLocalRepos?: boolean;
+  /**
+   * true: every uploaded task's verifier starts with no agent process alive; false: agent
+   * processes live through verification. Default: each task decides (check tasks isolate).
+   */
+  isolateVerifier?: boolean;
+  /** Resource limits for uploaded tasks; default UPLOAD_LIMITS. */
+  limits?: RunLimits;
   /** When set, Epistula-Signed-For must be this SS58 address. */
   signedFor?: string;
   /** Delete finished batches older than this many days (on start and hourly); default: keep. */
@@ -146,6 +164,8 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     maxUploadBytes: config.maxUploadBytes,
     retentionDays: config.retentionDays,
     allowLocalRepos: options.allowLocalRepos ?? false,
+    ...(options.isolateVerifier !== undefined ? { isolateVerifier: options.isolateVerifier } : {}),
+    limits: options.limits ?? UPLOAD_LIMITS,
     logger,
     metrics,
   });

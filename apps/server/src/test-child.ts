@@ -16,6 +16,7 @@ const server = await startServer({
   runtime: new LocalRuntime({ rootDir: join(dataDir, "..", "sandboxes") }),
   defaultImage: null,
   allowLocalRepos: true,
+  isolateVerifier: false,
 });
 process.stdout.write(`${JSON.stringify({ url: server.url })}\n`);
 process.on("SIGTERM", () => {

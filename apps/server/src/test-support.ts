@@ -91,6 +91,8 @@ export async function startTestServer(dataDir: string, overrides: Partial<StartS
     runtime: new LocalRuntime({ rootDir: join(dataDir, "..", "sandboxes") }),
     defaultImage: null,
     allowLocalRepos: true,
+    // The local runtime cannot isolate the verifier; the tests' agents are trusted.
+    isolateVerifier: false,
     shutdownGraceMs: 10_000,
     logger,
     ...overrides,

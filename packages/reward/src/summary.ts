@@ -140,6 +140,11 @@ export function summarize(input: SummarizeInput): RunSummary {
     byDifficulty: groupBy(results, (r) => r.difficulty ?? UNKNOWN_DIFFICULTY),
     errorsByKind,
     passAtK: input.attempts > 1 ? passAtK(results, input.attempts) : null,
+    integrity: {
+      passedWithSurvivors: results.filter((r) => r.integrity?.flagged === true).length,
+      tampered: results.filter((r) => (r.integrity?.tampered.length ?? 0) > 0).length,
+      unchecked: results.filter((r) => r.integrity !== undefined && r.integrity !== null && !r.integrity.tamperChecked).length,
+    },
     startedAt,
     updatedAt,
     durationMs: Math.max(0, Date.parse(updatedAt) - Date.parse(startedAt)),

@@ -140,6 +140,8 @@ export const RunSummary = z.object({
   errorsByKind: z.record(z.string(), z.number().int()),
   /** unbiased pass@k over tasks for k = 1..attempts, present when attempts > 1 */
   passAtK: z.record(z.string(), z.number()).nullable(),
+  /** Trials to audit: passes with agent processes alive, tampering found, tampering not checkable. */
+  integrity: z.object({ passedWithSurvivors: z.number().int(), tampered: z.number().int(), unchecked: z.number().int() }).optional(),
   startedAt: z.string(),
   updatedAt: z.string(),
   durationMs: z.number().nonnegative(),

@@ -26,6 +26,8 @@ export interface RunCommandOptions {
   resume?: string;
   timeoutMultiplier: number;
   defaultImage?: string;
+  /** --isolate-verifier (true) / --no-isolate-verifier (false); undefined: each task decides. */
+  isolateVerifier?: boolean;
   json: boolean;
   logger: Logger;
   /** Where progress and the table go; stdout gets only summary.json with --json. */
@@ -82,6 +84,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   let attempts = options.attempts;
   let multiplier = options.timeoutMultiplier;
   let defaultImage = options.defaultImage;
+  let isolateVerifier = options.isolateVerifier;
 
   if (options.resume) {
     const runDir = resolve(options.resume);
@@ -97,6 +100,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       attempts = previous.attempts;
       multiplier = previous.timeoutMultiplier;
       defaultImage ??= previous.defaultImage ?? undefined;
+      isolateVerifier ??= previous.isolateVerifier;
     }
   } else if (existsSync(join(runsRoot, runId, "run.json"))) {
     throw new UsageError(`run ${runId} already exists in ${runsRoot}; pass --resume ${join(runsRoot, runId)} to continue it, or another --run-id`);
@@ -148,6 +152,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       attempts,
       timeoutMultiplier: multiplier,
       defaultImage: image,
+      ...(isolateVerifier !== undefined ? { isolateVerifier } : {}),
       resume: Boolean(options.resume),
       sources: sources.map((s) => resolve(s)),
       signal: controller.signal,

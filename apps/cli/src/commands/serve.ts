@@ -19,6 +19,8 @@ export interface ServeOptions {
   retentionDays?: number;
   allowLocalRepos: boolean;
   unsafeLocalRuntime: boolean;
+  /** --isolate-verifier / --no-isolate-verifier; undefined: each task decides. */
+  isolateVerifier?: boolean;
   logger: Logger;
 }
 
@@ -48,6 +50,7 @@ export async function serveCommand(options: ServeOptions): Promise<number> {
     hotkeysFile: options.hotkeysFile,
     retentionDays: options.retentionDays ?? null,
     allowLocalRepos: options.allowLocalRepos,
+    ...(options.isolateVerifier !== undefined ? { isolateVerifier: options.isolateVerifier } : {}),
     logger: options.logger,
   });
   process.stderr.write(`proctor serve: listening on ${server.url} (auth ${options.auth}, runtime ${runtime.name}, data ${resolve(options.dataDir)})\n`);
