@@ -44,6 +44,15 @@ async function load(files: Record<string, Parameters<typeof writeTree>[1][string
 }
 
 describe("loadNativeTask", () => {
+  test("[verifier] isolate_processes and allow_changes; a relative allow_changes path is an error naming the field", async () => {
+    const { task, errors } = await load(nativeFiles({ "task.toml": '[verifier]\nisolate_processes = true\nallow_changes = ["/etc/profile.d/app.sh"]\n' }));
+    expect(errors).toEqual([]);
+    expect(task?.verifier).toMatchObject({ isolateProcesses: true, allowChanges: ["/etc/profile.d/app.sh"] });
+    const bad = await load(nativeFiles({ "task.toml": '[verifier]\nisolate_processes = "yes"\nallow_changes = "etc/x"\n' }));
+    expect(bad.errors.map((e) => e.message).join("\n")).toMatch(/isolate_processes/);
+    expect(bad.errors.map((e) => e.message).join("\n")).toMatch(/allow_changes: "etc\/x" must be an absolute/);
+  });
+
   test("reads every task.toml field into the spec", async () => {
     const { dir, task, errors } = await load(
       nativeFiles({

@@ -1,0 +1,62 @@
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { Agent, AgentContext, AgentRunResult } from "@proctor/agents";
+import { LocalRuntime, type ImageRequest, type Sandbox, type SandboxCreateOptions, type SandboxRuntime } from "@proctor/sandbox";
+import { loadTasks } from "@proctor/tasks";
+import { afterAll, beforeAll, expect, test } from "vitest";
+import { startRun } from "./run";
+import { ADVERSARIAL_TASKS, readResultsFile, tempDir, writeTasks } from "./testing/fixtures";
+
+let root: { path: string; cleanup: () => Promise<void> };
+beforeAll(async () => {
+  root = await tempDir("proctor-engine-open-");
+});
+afterAll(async () => {
+  await root.cleanup();
+});
+
+/** A library user's own agent: solves needs-work through the sandbox API and reports usage. */
+class TouchAgent implements Agent {
+  readonly name = "touch-agent";
+  runs = 0;
+  async run(ctx: AgentContext): Promise<AgentRunResult> {
+    this.runs++;
+    const result = await ctx.sandbox.exec({ shell: 'touch "${PROCTOR_WORKDIR:-/app}/solved"' }, { signal: ctx.signal });
+    return { exitCode: result.exitCode, timedOut: false, aborted: false, durationMs: result.durationMs, outputTruncated: false, model: "scripted", usage: { inputTokens: 3, outputTokens: 2, requests: 1, retries: 0 } };
+  }
+}
+
+/** A library user's own runtime (here wrapping the local one under another name). */
+class CountingRuntime implements SandboxRuntime {
+  readonly name = "counting";
+  created = 0;
+  constructor(private readonly inner: SandboxRuntime) {}
+  get capabilities() {
+    return this.inner.capabilities;
+  }
+  resolveImage(request: ImageRequest): Promise<string> {
+    return this.inner.resolveImage(request);
+  }
+  create(options: SandboxCreateOptions): Promise<Sandbox> {
+    this.created++;
+    return this.inner.create(options);
+  }
+  reap(): Promise<number> {
+    return this.inner.reap();
+  }
+}
+
+test("the engine runs an Agent object and a SandboxRuntime object a library user defined", async () => {
+  const loaded = await loadTasks([await writeTasks(join(root.path, "tasks"), { "needs-work": ADVERSARIAL_TASKS["needs-work"]! })]);
+  const agent = new TouchAgent();
+  const runtime = new CountingRuntime(new LocalRuntime({ rootDir: join(root.path, "sandboxes") }));
+  const handle = startRun({ runId: "open", runDir: join(root.path, "runs", "open"), tasks: loaded.tasks, agent, runtime, concurrency: 1, attempts: 2 });
+  const summary = await handle.done;
+  expect(summary.trials).toMatchObject({ total: 2, passed: 2 });
+  expect(agent.runs).toBe(2);
+  expect(runtime.created).toBe(2);
+  const [result] = await readResultsFile(handle.runDir);
+  expect(result?.agent).toMatchObject({ name: "touch-agent", model: "scripted", usage: { inputTokens: 3, outputTokens: 2, requests: 1, retries: 0 } });
+  const config = JSON.parse(await readFile(join(handle.runDir, "run.json"), "utf8"));
+  expect(config).toMatchObject({ agent: { kind: "custom", name: "touch-agent" }, runtime: "counting" });
+});
