@@ -169,6 +169,17 @@ describe.skipIf(!haveDocker)("verification integrity on Docker (the agent is roo
     expect(strict["pytest-answer"]).toMatchObject({ status: "failed", reward: 0 });
   }, 240_000);
 
+  test("an agent killed by the OOM killer is an agent error that says 'out of memory'", async () => {
+    const agent = await writeAgent(root.path, "hog", "python3 -c 'x = bytearray(1024 * 1024 * 1024)'; echo survived");
+    const base = tasks["pytest-answer"] as TaskSpec;
+    const small = { ...base, environment: { ...base.environment, memoryMb: 64 } };
+    const handle = run("hog", { tasks: [small], agent: { kind: "code", dir: agent } });
+    await handle.done;
+    const [result] = await readResultsFile(handle.runDir);
+    expect(result).toMatchObject({ status: "error", error: { kind: "agent" } });
+    expect(result?.error?.message).toMatch(/^out of memory: .* 64 MB/);
+  }, 120_000);
+
   test("a 3 GB sparse file in /logs/agent is collected only up to the run's log limit", async () => {
     const agent = await writeAgent(root.path, "sparse", "truncate -s 3G /logs/agent/huge.log; echo 42 > /app/answer.txt");
     const handle = run("sparse", { tasks: [tasks["pytest-answer"] as TaskSpec], agent: { kind: "code", dir: agent }, limits: { logBytes: 5 * 1024 * 1024 } });

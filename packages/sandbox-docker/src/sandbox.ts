@@ -293,6 +293,17 @@ export class DockerSandbox implements Sandbox {
     }
   }
 
+  async outOfMemoryKills(): Promise<number> {
+    if (!(await this.isRunning())) {
+      const info = await this.container.inspect().catch(() => null);
+      return info?.State.OOMKilled ? 1 : 0;
+    }
+    // cgroup v2 memory.events, else v1 memory.oom_control: both count kills as "oom_kill N".
+    const result = await this.exec([TRUSTED_BUSYBOX, "sh", "-c", "cat /sys/fs/cgroup/memory.events 2>/dev/null || cat /sys/fs/cgroup/memory/memory.oom_control"], { user: "0", timeoutMs: 30_000 });
+    const match = /^oom_kill (\d+)$/m.exec(result.stdout);
+    return match ? Number(match[1]) : 0;
+  }
+
   async processes(): Promise<SandboxProcess[]> {
     const result = await this.exec([TRUSTED_BUSYBOX, "sh", "-c", LIST_PROCESSES_SCRIPT], { user: "0", timeoutMs: 30_000, maxOutputBytes: 4 * 1024 * 1024 });
     if (result.exitCode !== 0 || result.truncated) {

@@ -168,6 +168,11 @@ export interface Sandbox extends AsyncDisposable {
   diskUsageBytes?(): Promise<number>;
   /** capabilities.processes: every live process but the runtime's own and this call's. */
   processes?(): Promise<SandboxProcess[]>;
+  /**
+   * How many times the kernel's OOM killer has killed a process in the sandbox (its memory
+   * limit was reached); for a stopped sandbox, 1 when that is why it stopped.
+   */
+  outOfMemoryKills?(): Promise<number>;
 }
 
 export interface SandboxRuntime {

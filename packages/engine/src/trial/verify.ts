@@ -32,9 +32,16 @@ function adminOptions(sandbox: Sandbox): Pick<ExecOptions, "user"> {
 
 const stoppedError = () =>
   new SandboxStoppedError("the sandbox stopped during the agent's run (every process in it was killed, or it ran out of memory), so nothing could be verified");
+const oomStoppedError = () => new SandboxStoppedError("out of memory: the sandbox was stopped at its memory limit during the agent's run, so nothing could be verified");
+
+/** Why the sandbox stopped, as precisely as the runtime can tell. */
+async function stopped(sandbox: Sandbox): Promise<SandboxStoppedError> {
+  const oom = await sandbox.outOfMemoryKills?.().catch(() => 0);
+  return oom ? oomStoppedError() : stoppedError();
+}
 
 async function assertRunning(sandbox: Sandbox): Promise<void> {
-  if (sandbox.isRunning && !(await sandbox.isRunning())) throw stoppedError();
+  if (sandbox.isRunning && !(await sandbox.isRunning())) throw await stopped(sandbox);
 }
 
 /**
@@ -58,7 +65,7 @@ export async function asStopped<T>(sandbox: Sandbox, signal: AbortSignal, run: (
     return await run();
   } catch (error) {
     if (signal.aborted) throw error;
-    if (error instanceof SandboxStoppedError || (await stoppedForGood(sandbox))) throw stoppedError();
+    if (error instanceof SandboxStoppedError || (await stoppedForGood(sandbox))) throw await stopped(sandbox);
     throw error;
   }
 }
@@ -133,7 +140,7 @@ async function prepareDirs(attempt: SandboxAttempt, testsDir: boolean): Promise<
   const result = await sandbox.exec(trusted(sandbox, script), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS, signal });
   throwIfAborted(signal);
   if (result.exitCode !== 0) {
-    if (await stoppedForGood(sandbox)) throw stoppedError();
+    if (await stoppedForGood(sandbox)) throw await stopped(sandbox);
     state.errors.push({ kind: "verifier", message: `could not empty /logs/verifier${testsDir ? " and /tests" : ""} before verifying (exit ${result.exitCode}): ${tail(result.stderr)}` });
     return false;
   }
