@@ -180,6 +180,17 @@ describe.skipIf(!haveDocker)("verification integrity on Docker (the agent is roo
     expect(result?.error?.message).toMatch(/^out of memory: .* 64 MB/);
   }, 120_000);
 
+  test("a sandbox writing past its storage limit has its agent stopped with an agent error", async () => {
+    const agent = await writeAgent(root.path, "filler", "for i in $(seq 1 40); do head -c 10000000 /dev/urandom > /app/fill-$i; sleep 0.5; done");
+    const base = tasks["pytest-answer"] as TaskSpec;
+    const handle = run("filler", { tasks: [{ ...base, environment: { ...base.environment, storageMb: 50 } }], agent: { kind: "code", dir: agent } });
+    await handle.done;
+    const [result] = await readResultsFile(handle.runDir);
+    expect(result).toMatchObject({ status: "error", error: { kind: "agent" } });
+    expect(result?.error?.message).toMatch(/^disk limit exceeded: the sandbox wrote \d+ MB, above its 50 MB limit/);
+    expect(result?.agent?.timedOut).toBe(false);
+  }, 120_000);
+
   test("a 3 GB sparse file in /logs/agent is collected only up to the run's log limit", async () => {
     const agent = await writeAgent(root.path, "sparse", "truncate -s 3G /logs/agent/huge.log; echo 42 > /app/answer.txt");
     const handle = run("sparse", { tasks: [tasks["pytest-answer"] as TaskSpec], agent: { kind: "code", dir: agent }, limits: { logBytes: 5 * 1024 * 1024 } });
