@@ -72,20 +72,22 @@ export type RequestAuthCode =
   | "bad_signature"
   | "invalid_token"
   | "not_allowed"
-  | "replay_cache_full";
+  | "replay_cache_full"
+  | "replay_cache_unavailable"
+  | "bad_content_digest";
 
 /**
  * A request could not be authenticated. `statusCode` is what an HTTP server should answer
- * (401 bad or missing credentials, 403 valid but not allowed, 503 try again later) and `header`
- * names the request header at fault (null when no single header is).
+ * (400 a malformed `Content-Digest`, 401 bad or missing credentials, 403 valid but not allowed,
+ * 503 try again later) and `header` names the request header at fault (null when no single header is).
  */
 export class RequestAuthError extends AuthError {
-  readonly statusCode: 401 | 403 | 503;
+  readonly statusCode: 400 | 401 | 403 | 503;
   readonly code: RequestAuthCode;
   readonly header: string | null;
   constructor(
     code: RequestAuthCode,
-    statusCode: 401 | 403 | 503,
+    statusCode: 400 | 401 | 403 | 503,
     header: string | null,
     message: string,
     options?: { cause?: unknown },
@@ -202,6 +204,25 @@ export class ReplayCacheFullError extends RequestAuthError {
       `replay cache is full (${maxEntries} unexpired entries); refusing the request rather than risk a replay, retry in ${Math.ceil(retryAfterMs / 1000)} s`,
     );
     this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/**
+ * The persistent replay cache could not record the request (disk full, I/O error); the request
+ * is refused rather than accepted unrecorded, which would let it be replayed after a restart (503).
+ */
+export class ReplayCacheUnavailableError extends RequestAuthError {
+  readonly retryAfterMs: number;
+  constructor(detail: string, options?: { cause?: unknown }) {
+    super("replay_cache_unavailable", 503, null, `the server could not record this request in its replay cache (${detail}); retry later`, options);
+    this.retryAfterMs = 5_000;
+  }
+}
+
+/** `Content-Digest` is present but not an RFC 9530 dictionary with a 32-byte `sha-256` entry (400). */
+export class ContentDigestError extends RequestAuthError {
+  constructor(header: string, detail: string) {
+    super("bad_content_digest", 400, header, `request header ${header} ${detail}; send ${header}: sha-256=:<base64 of the body's sha256>: (RFC 9530)`);
   }
 }
 

@@ -17,6 +17,8 @@ export {
   InvalidTokenError,
   NotAllowedError,
   ReplayCacheFullError,
+  ReplayCacheUnavailableError,
+  ContentDigestError,
   AuthConfigError,
   AllowlistError,
   KeyLoadError,
@@ -33,6 +35,9 @@ export { HeaderReader } from "./headers";
 export type { HeadersInput, HeaderValue } from "./headers";
 export { ReplayCache } from "./replay-cache";
 export type { ReplayStore, ReplayCacheOptions } from "./replay-cache";
+export { FileReplayCache } from "./replay-file";
+export type { FileReplayCacheOptions, ReplayFsyncPolicy } from "./replay-file";
+export { CONTENT_DIGEST_HEADER, contentDigestHeader, parseContentDigest } from "./content-digest";
 export { Allowlist, parseAllowlist, loadAllowlist, HOTKEYS_ENV, HOTKEYS_FILE_ENV } from "./allowlist";
 export type { AllowlistOptions, LoadAllowlistOptions } from "./allowlist";
 export {

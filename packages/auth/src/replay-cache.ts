@@ -55,6 +55,21 @@ export class ReplayCache implements ReplayStore {
     return true;
   }
 
+  /**
+   * Hold `key` until `expiresAtMs` without the capacity check (reloading a persisted cache: an
+   * entry that was accepted must stay refused even if `maxEntries` shrank since).
+   */
+  restore(key: string, expiresAtMs: number): void {
+    const held = this.#entries.get(key);
+    if (held === undefined || held < expiresAtMs) this.#entries.set(key, expiresAtMs);
+  }
+
+  /** The entries not yet expired at `nowMs` (expired ones are swept first). */
+  liveEntries(nowMs: number): [key: string, expiresAtMs: number][] {
+    this.#sweep(nowMs);
+    return [...this.#entries];
+  }
+
   #sweep(nowMs: number): void {
     for (const [key, expiry] of this.#entries) if (expiry < nowMs) this.#entries.delete(key);
     this.#nextSweepAtMs = nowMs + this.#sweepIntervalMs;
