@@ -3,17 +3,18 @@ import { rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
-import { RequestAuthError } from "@proctor/auth";
+import { CONTENT_DIGEST_HEADER, ReplayCacheFullError, ReplayCacheUnavailableError, RequestAuthError, parseContentDigest } from "@proctor/auth";
 import type { Logger } from "@proctor/schema";
 import Fastify from "fastify";
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
+import { principalKey } from "./auth";
 import type { RequestAuthenticator, PendingAuth } from "./auth";
-import type { BatchManager } from "./batches";
-import { BadRequestError, NotFoundError, ServerError } from "./errors";
+import type { Batch, BatchManager } from "./batches";
+import { BadHeaderError, BadRequestError, NotFoundError, PayloadTooLargeError, ServerError } from "./errors";
 import type { ServerMetrics } from "./metrics";
 import { stagingDir } from "./store";
-import { sha256Hex, stageBody } from "./upload";
+import { UploadSlots, contentDigestMismatch, sha256Hex, stageBody } from "./upload";
 import type { StagedBody } from "./upload";
 import type { WsHub } from "./ws-hub";
 
@@ -36,6 +37,14 @@ export interface AppContext {
   maxConcurrentTasks: number;
   maxActiveBatches: number;
   maxQueuedBatches: number;
+  /** Uploads (POST /submit) in progress at once, in total and per credential. */
+  maxConcurrentUploads: number;
+  maxConcurrentUploadsPerKey: number;
+  /**
+   * Accept Epistula-signed uploads without Content-Digest the old way: stage the whole body to
+   * disk, then check the signature over its hash (a forger's body is read before the 401).
+   */
+  allowUndigestedUploads: boolean;
   /** Resolves when the sandbox runtime answers; rejects with the reason otherwise. */
   runtimeCheck: () => Promise<void>;
 }
@@ -44,6 +53,10 @@ declare module "fastify" {
   interface FastifyRequest {
     proctorAuth: PendingAuth | null;
     proctorIdentity: string | null;
+    /** True once the credentials are fully checked (an Epistula signature verified). */
+    proctorVerified: boolean;
+    /** The body's sha256 (hex) declared in Content-Digest; null when the client sent none. */
+    contentDigest: string | null;
     bodySha256: string | null;
     staged: StagedBody | null;
   }
@@ -69,12 +82,30 @@ function parse<T>(schema: z.ZodType<T>, value: unknown, what: string): T {
 /** Routes that need no credentials. */
 const PUBLIC_ROUTES = new Set(["/health"]);
 
+/** True when the request's headers announce a body (Content-Length > 0 or any Transfer-Encoding). */
+function declaresBody(headers: IncomingMessage["headers"]): boolean {
+  if (headers["transfer-encoding"] !== undefined) return true;
+  const length = headers["content-length"];
+  return length !== undefined && length !== "0";
+}
+
+function isUpload(request: FastifyRequest): boolean {
+  return request.method === "POST" && request.routeOptions.url === "/submit";
+}
+
+const MISSING_DIGEST_MESSAGE =
+  `an Epistula-signed upload must carry request header ${CONTENT_DIGEST_HEADER}: sha-256=:<base64 of the body's sha256>: (RFC 9530), ` +
+  "so the signature is checked before the body is read; update the client (proctor submit / @proctor/server uploadArchive send it)";
+
 /** The Fastify app: thin routes over BatchManager, auth hooks, JSON errors, the WebSocket upgrade. */
 export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
   const app = Fastify({ logger: false, bodyLimit: SMALL_BODY_LIMIT, return503OnClosing: true, forceCloseConnections: true });
   app.decorateRequest("proctorAuth", null);
   app.decorateRequest("proctorIdentity", null);
+  app.decorateRequest("proctorVerified", false);
+  app.decorateRequest("contentDigest", null);
   app.decorateRequest("bodySha256", null);
+  const uploads = new UploadSlots(ctx.maxConcurrentUploads, ctx.maxConcurrentUploadsPerKey);
   app.decorateRequest("staged", null);
 
   // Every body is read as raw bytes so the signature's hash covers exactly what was sent.
@@ -84,15 +115,45 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
     done(null, body);
   });
 
-  // Headers first: an unlisted, stale or unsigned request is refused before its body is read.
-  app.addHook("onRequest", async (request) => {
+  // Headers first: an unlisted, stale, unsigned or forged request is refused before its body is
+  // read. The signature is checked here over the Content-Digest (or the empty body when the
+  // headers announce none); the body is then checked against the digest as it streams in.
+  app.addHook("onRequest", async (request, reply) => {
     if (PUBLIC_ROUTES.has(request.routeOptions.url ?? "")) return;
-    request.proctorAuth = ctx.auth.checkHeaders(request.headers);
+    const pending = ctx.auth.checkHeaders(request.headers);
+    request.proctorAuth = pending;
+    request.contentDigest = parseContentDigest(request.headers);
+    const upload = isUpload(request);
+    if (pending.epistula === null) {
+      request.proctorIdentity = pending.identity;
+      request.proctorVerified = true;
+    } else if (request.contentDigest !== null || !declaresBody(request.headers)) {
+      request.proctorIdentity = ctx.auth.verifyBody(pending, request.contentDigest ?? EMPTY_SHA256).identity;
+      request.proctorVerified = true;
+    } else if (upload && !ctx.allowUndigestedUploads) {
+      throw new BadHeaderError("missing_content_digest", CONTENT_DIGEST_HEADER, MISSING_DIGEST_MESSAGE);
+    }
+    // Otherwise (a small body on another route, or an undigested upload in the opt-in staged
+    // mode) the signature is checked over the body's hash in preHandler.
+    if (!upload) return;
+    const maxBytes = ctx.maxUploadBytes + MULTIPART_OVERHEAD_BYTES;
+    const declared = Number(request.headers["content-length"] ?? 0);
+    if (declared > maxBytes) {
+      throw new PayloadTooLargeError(`request header Content-Length (${declared}) is larger than the server's upload limit of ${maxBytes} bytes; upload a smaller archive`);
+    }
+    const identity = request.proctorIdentity ?? pending.identity;
+    const release = uploads.acquire(principalKey(identity) ?? `ip:${request.ip}`, identity === null ? `client ${request.ip}` : identity);
+    reply.raw.once("close", release);
   });
-  // Then the signature over the body (or the empty body), before any handler uses it.
+  // Then the body against its digest, and (when not done from the headers) the signature over it.
   app.addHook("preHandler", async (request) => {
     if (request.proctorAuth === null) return;
-    request.proctorIdentity = ctx.auth.verifyBody(request.proctorAuth, request.staged?.sha256 ?? request.bodySha256 ?? EMPTY_SHA256).identity;
+    const actual = request.staged?.sha256 ?? request.bodySha256 ?? EMPTY_SHA256;
+    if (request.contentDigest !== null && actual !== request.contentDigest) throw contentDigestMismatch(request.staged?.bytes ?? 0);
+    if (!request.proctorVerified) {
+      request.proctorIdentity = ctx.auth.verifyBody(request.proctorAuth, actual).identity;
+      request.proctorVerified = true;
+    }
   });
   // The staged upload is never kept past the response (it was extracted, or refused).
   app.addHook("onSend", async (request) => {
@@ -108,7 +169,7 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
   await app.register(async (submit) => {
     // Stage the raw multipart body to disk while hashing it; nothing in it is parsed until the signature verifies.
     submit.addContentTypeParser("multipart/form-data", (request, payload, done) => {
-      stageBody(payload, { dir: stagingDir(ctx.dataDir), maxBytes: ctx.maxUploadBytes + MULTIPART_OVERHEAD_BYTES }).then(
+      stageBody(payload, { dir: stagingDir(ctx.dataDir), maxBytes: ctx.maxUploadBytes + MULTIPART_OVERHEAD_BYTES, expectedSha256: request.contentDigest }).then(
         (staged) => {
           request.staged = staged;
           done(null, undefined);
@@ -130,27 +191,36 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
     });
   });
 
+  // A batch belongs to the credential that submitted it: anyone else (but an admin) gets the
+  // same 404 as for an unknown id, so batch ids of others cannot even be confirmed.
+  const ownBatch = (request: FastifyRequest, id: string): Batch => {
+    const batch = ctx.manager.get(id);
+    if (!ctx.auth.canAccess(request.proctorIdentity, batch.record.submittedBy)) throw ctx.manager.notFound(id);
+    return batch;
+  };
   app.get("/batch/:id", async (request) => {
     const { id } = parse(BatchParams, request.params, "path parameter");
-    const batch = ctx.manager.get(id);
+    const batch = ownBatch(request, id);
     return batch.statusJson(ctx.manager.queuePosition(batch));
   });
   app.get("/batch/:id/tasks", async (request) => {
     const { id } = parse(BatchParams, request.params, "path parameter");
-    const batch = ctx.manager.get(id);
+    const batch = ownBatch(request, id);
     return { batch_id: batch.id, status: batch.status, tasks: [...batch.tasks.values()].map((t) => batch.taskJson(t)) };
   });
   app.get("/batch/:id/task/:task_id", async (request) => {
     const { id, task_id } = parse(TaskParams, request.params, "path parameter");
+    ownBatch(request, id);
     return ctx.manager.taskDetail(id, task_id);
   });
   app.post("/batch/:id/cancel", async (request) => {
     const { id } = parse(BatchParams, request.params, "path parameter");
+    ownBatch(request, id);
     const batch = await ctx.manager.cancel(id);
     return batch.statusJson(null);
   });
-  app.get("/batches", async () =>
-    ctx.manager.list().map((b) => ({
+  app.get("/batches", async (request) =>
+    ctx.manager.list().filter((b) => ctx.auth.canAccess(request.proctorIdentity, b.record.submittedBy)).map((b) => ({
       batch_id: b.id,
       created_at: b.record.createdAt,
       status: b.status,
@@ -214,9 +284,16 @@ async function handleUpgrade(ctx: AppContext, request: IncomingMessage, socket: 
     rejectUpgrade(socket, 404, { error: "not_found", message: `no WebSocket at ${url.pathname}; connect to /ws?batch_id=<id>` });
     return;
   }
+  let identity: string | null;
   try {
     const pending = ctx.auth.checkHeaders(request.headers);
-    ctx.auth.verifyBody(pending, EMPTY_SHA256);
+    // An upgrade has no body: a Content-Digest, if sent, must be that of the empty body.
+    const digest = parseContentDigest(request.headers);
+    if (digest !== null && digest !== EMPTY_SHA256) {
+      rejectUpgrade(socket, 400, { error: "content_digest_mismatch", message: `request header ${CONTENT_DIGEST_HEADER} must be the digest of the empty body on a WebSocket upgrade` });
+      return;
+    }
+    identity = ctx.auth.verifyBody(pending, EMPTY_SHA256).identity;
   } catch (error) {
     if (error instanceof RequestAuthError) {
       ctx.metrics.authFailures.inc({ status: String(error.statusCode) });
@@ -231,14 +308,14 @@ async function handleUpgrade(ctx: AppContext, request: IncomingMessage, socket: 
     return;
   }
   const batch = ctx.manager.find(query.data.batch_id);
-  if (!batch) {
+  if (!batch || !ctx.auth.canAccess(identity, batch.record.submittedBy)) {
     rejectUpgrade(socket, 404, { error: "not_found", message: `no batch with id ${JSON.stringify(query.data.batch_id)}` });
     return;
   }
   ctx.hub.upgrade(request, socket, head, batch, query.data.since ?? null);
 }
 
-const STATUS_TEXT: Record<number, string> = { 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 500: "Internal Server Error", 503: "Service Unavailable" };
+const STATUS_TEXT: Record<number, string> = { 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable" };
 
 function rejectUpgrade(socket: Duplex, status: number, body: { error: string; message: string }): void {
   if (socket.destroyed) return;
@@ -253,10 +330,13 @@ function sendError(error: FastifyError | Error, request: FastifyRequest, reply: 
   let status = 500;
   let code = "internal";
   let message = "the server failed to handle the request; see its log";
+  let retryAfterSec: number | null = null;
   if (error instanceof ServerError) {
     [status, code, message] = [error.statusCode, error.code, error.message];
+    retryAfterSec = error.retryAfterSec;
   } else if (error instanceof RequestAuthError) {
     [status, code, message] = [error.statusCode, error.code, error.message];
+    if (error instanceof ReplayCacheFullError || error instanceof ReplayCacheUnavailableError) retryAfterSec = Math.max(1, Math.ceil(error.retryAfterMs / 1000));
     ctx.metrics.authFailures.inc({ status: String(status) });
   } else if ("statusCode" in error && typeof error.statusCode === "number" && error.statusCode >= 400 && error.statusCode < 500) {
     // Fastify's own client errors (body too large, bad content type, ...).
@@ -266,8 +346,9 @@ function sendError(error: FastifyError | Error, request: FastifyRequest, reply: 
   } else {
     ctx.logger.error("request failed", { method: request.method, url: request.url, error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
   }
+  if (retryAfterSec !== null) reply.header("retry-after", String(retryAfterSec));
   // The body may still be arriving: do not keep the connection (and read the rest) after refusing it.
-  if (status === 401 || status === 403 || status === 413) reply.header("connection", "close");
+  if (!request.raw.complete || status === 401 || status === 403 || status === 413) reply.header("connection", "close");
   return reply.code(status).send({ error: code, message });
 }
 

@@ -1,7 +1,7 @@
 import { readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { Readable } from "node:stream";
-import { signRequest } from "@proctor/auth";
+import { contentDigestHeader, sha256Hex, signRequest } from "@proctor/auth";
 import { LocalRuntime } from "@proctor/sandbox";
 import { request } from "undici";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
@@ -84,14 +84,30 @@ describe("epistula auth", () => {
     }
     expect(sent).toBeLessThan(64 * 1024 * 1024);
 
-    // Alice signs one body and sends another: the staged upload is dropped, no batch is created.
+    // Alice signs one body (and declares its digest) and sends another: the staged upload is dropped, no batch is created.
     const tampered = await request(new URL("/submit", server.url), {
       method: "POST",
-      headers: { ...signRequest({ keypair: ALICE, body: "the body she meant" }), "content-type": "multipart/form-data; boundary=x" },
+      headers: {
+        ...signRequest({ keypair: ALICE, body: "the body she meant" }),
+        "content-digest": contentDigestHeader(sha256Hex("the body she meant")),
+        "content-type": "multipart/form-data; boundary=x",
+      },
       body: "--x\r\nContent-Disposition: form-data; name=\"archive\"; filename=\"a.tar.gz\"\r\n\r\nnot it\r\n--x--\r\n",
     });
-    expect(tampered.statusCode).toBe(401);
-    expect(await tampered.body.json()).toMatchObject({ error: "bad_signature" });
+    expect(tampered.statusCode).toBe(400);
+    expect(await tampered.body.json()).toMatchObject({ error: "content_digest_mismatch" });
+    // Signed over a digest that is then swapped for another: the signature does not verify (before the body).
+    const swapped = await request(new URL("/submit", server.url), {
+      method: "POST",
+      headers: {
+        ...signRequest({ keypair: ALICE, body: "the body she meant" }),
+        "content-digest": contentDigestHeader(sha256Hex("another body")),
+        "content-type": "multipart/form-data; boundary=x",
+      },
+      body: "another body",
+    });
+    expect(swapped.statusCode).toBe(401);
+    expect(await swapped.body.json()).toMatchObject({ error: "bad_signature" });
     expect(await readdir(join(root, "data", "staging"))).toEqual([]);
     expect(await readdir(join(root, "data", "batches"))).toEqual([]);
     expect((await call(server.url, "GET", "/batches")).body).toEqual([]);

@@ -235,8 +235,13 @@ export class BatchManager {
 
   get(batchId: string): Batch {
     const batch = this.batches.get(batchId);
-    if (!batch) throw new NotFoundError(`no batch with id ${JSON.stringify(batchId)}; list batches with GET /batches`);
+    if (!batch) throw this.notFound(batchId);
     return batch;
+  }
+
+  /** The 404 for an unknown batch, also answered for a batch the caller may not see. */
+  notFound(batchId: string): NotFoundError {
+    return new NotFoundError(`no batch with id ${JSON.stringify(batchId)}; list batches with GET /batches`);
   }
 
   find(batchId: string): Batch | undefined {

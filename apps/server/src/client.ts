@@ -3,7 +3,7 @@ import { createReadStream } from "node:fs";
 import { stat } from "node:fs/promises";
 import { basename } from "node:path";
 import { Readable } from "node:stream";
-import { signRequest } from "@proctor/auth";
+import { contentDigestHeader, signRequest } from "@proctor/auth";
 import type { Keypair } from "@proctor/auth";
 import { request } from "undici";
 import WebSocket from "ws";
@@ -81,7 +81,8 @@ async function readJson<T>(response: Awaited<ReturnType<typeof request>>, what: 
 }
 
 /**
- * Upload an archive to POST /submit (streamed from disk, signed over its exact multipart bytes),
+ * Upload an archive to POST /submit (streamed from disk, signed over its exact multipart bytes,
+ * whose sha256 also goes in `Content-Digest` so the server checks the signature first),
  * follow the batch on the WebSocket (reconnecting with `since` if it drops), and return the
  * final GET /batch/:id. Throws ClientError for an error answer.
  */
@@ -102,9 +103,12 @@ export async function uploadArchive(options: SubmitBatchOptions): Promise<Submit
   );
   const tail = Buffer.from(`\r\n--${boundary}--\r\n`);
   // The signature covers sha256 of the exact body, so hash it first (one pass over the file).
+  // It is also sent as Content-Digest (RFC 9530): the server verifies the signature from the
+  // headers before it reads the body, then checks the body against the digest as it arrives.
   const hash = createHash("sha256").update(head);
   for await (const chunk of createReadStream(options.archivePath)) hash.update(chunk as Buffer);
   hash.update(tail);
+  const bodySha256 = hash.digest("hex");
   const archivePath = options.archivePath;
   const body = Readable.from(
     (async function* () {
@@ -118,7 +122,8 @@ export async function uploadArchive(options: SubmitBatchOptions): Promise<Submit
     method: "POST",
     body,
     headers: {
-      ...authHeaders(options, hash.digest("hex")),
+      ...authHeaders(options, bodySha256),
+      "content-digest": contentDigestHeader(bodySha256),
       "content-type": `multipart/form-data; boundary=${boundary}`,
       "content-length": String(head.length + size + tail.length),
     },

@@ -4,6 +4,8 @@
  */
 export class ServerError extends Error {
   override name = "ServerError";
+  /** Sent as `Retry-After` (seconds) with a 429 or 503. */
+  retryAfterSec: number | null = null;
   constructor(
     readonly statusCode: number,
     readonly code: string,
@@ -19,6 +21,21 @@ export class BadRequestError extends ServerError {
   override name = "BadRequestError";
   constructor(message: string, options?: { cause?: unknown }) {
     super(400, "bad_request", message, options);
+  }
+}
+
+/**
+ * 400: a request header is missing or wrong in a way credentials are not (e.g. no
+ * `Content-Digest` on an upload, or a body that does not match it); `code` says which.
+ */
+export class BadHeaderError extends ServerError {
+  override name = "BadHeaderError";
+  constructor(
+    code: "missing_content_digest" | "content_digest_mismatch",
+    readonly header: string,
+    message: string,
+  ) {
+    super(400, code, message);
   }
 }
 
@@ -73,16 +90,27 @@ export class PayloadTooLargeError extends ServerError {
 /** 429: the batch queue is full; retry after a running batch finishes. */
 export class QueueFullError extends ServerError {
   override name = "QueueFullError";
-  constructor(message: string) {
+  constructor(message: string, retryAfterSec = 30) {
     super(429, "queue_full", message);
+    this.retryAfterSec = retryAfterSec;
   }
 }
 
-/** 503: the server is shutting down or cannot take work right now. */
+/** 429: this caller already has as many uploads in progress as the per-credential limit allows. */
+export class TooManyUploadsError extends ServerError {
+  override name = "TooManyUploadsError";
+  constructor(message: string, retryAfterSec: number) {
+    super(429, "too_many_uploads", message);
+    this.retryAfterSec = retryAfterSec;
+  }
+}
+
+/** 503: the server is shutting down or cannot take work right now (e.g. every upload slot is busy). */
 export class UnavailableError extends ServerError {
   override name = "UnavailableError";
-  constructor(message: string) {
-    super(503, "unavailable", message);
+  constructor(message: string, options: { code?: string; retryAfterSec?: number } = {}) {
+    super(503, options.code ?? "unavailable", message);
+    this.retryAfterSec = options.retryAfterSec ?? null;
   }
 }
 

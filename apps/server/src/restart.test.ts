@@ -3,6 +3,9 @@ import { readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { createHash } from "node:crypto";
+import { contentDigestHeader, signRequest } from "@proctor/auth";
+import { request } from "undici";
 import { afterAll, beforeAll, expect, test } from "vitest";
 import { uploadArchive } from "./client";
 import { ALICE, call, collectWs, makeArchive, makeGitRepo, startTestServer, tempDir, waitForStatus } from "./test-support";
@@ -150,5 +153,47 @@ test("retentionDays deletes finished batches older than that on start, and keeps
     expect((await call(second.url, "GET", `/batch/${recent.batch_id}`)).body.status).toBe("completed");
   } finally {
     await second.close();
+  }
+});
+
+test("the replay cache survives a kill -9: a signed submit (and GET) replayed after the restart is refused", async () => {
+  const dataDir = join(root, "replay");
+  const archive = await makeArchive(root, { ...fixture, tasks: [{ id: "once" }] });
+  const head = Buffer.from('--x\r\nContent-Disposition: form-data; name="archive"; filename="a.tar.gz"\r\nContent-Type: application/octet-stream\r\n\r\n');
+  const body = Buffer.concat([head, await readFile(archive), Buffer.from("\r\n--x--\r\n")]);
+  const digest = createHash("sha256").update(body).digest("hex");
+  const submitHeaders = { ...signRequest({ keypair: ALICE, body: { sha256Hex: digest } }), "content-digest": contentDigestHeader(digest), "content-type": "multipart/form-data; boundary=x" };
+  const listHeaders = signRequest({ keypair: ALICE, body: "" });
+  const send = async (url: string) => {
+    const response = await request(new URL("/submit", url), { method: "POST", headers: submitHeaders, body });
+    return { status: response.statusCode, body: (await response.body.json()) as Record<string, unknown> };
+  };
+  const list = async (url: string) => {
+    const response = await request(new URL("/batches", url), { headers: listHeaders });
+    return { status: response.statusCode, body: (await response.body.json()) as unknown };
+  };
+
+  const first = await spawnServer(dataDir);
+  let second: Awaited<ReturnType<typeof spawnServer>> | null = null;
+  try {
+    const accepted = await send(first.url);
+    expect(accepted.status).toBe(202);
+    expect((await list(first.url)).status).toBe(200);
+    const killedAt = Date.now();
+    await first.kill();
+    second = await spawnServer(dataDir);
+    const restartMs = Date.now() - killedAt;
+    expect(restartMs, "the restart must happen inside the 30 s timestamp window for the test to mean anything").toBeLessThan(30_000);
+
+    const replayed = await send(second.url);
+    expect(replayed).toEqual({ status: 401, body: { error: "replayed_request", message: expect.stringContaining("Epistula-Uuid was already used") } });
+    expect((await list(second.url)).body).toMatchObject({ error: "replayed_request" });
+    // Only the one batch exists; a freshly signed request still works.
+    const batches = await call(second.url, "GET", "/batches");
+    expect(batches.body.map((b: { batch_id: string }) => b.batch_id)).toEqual([accepted.body.batch_id]);
+    expect(await readFile(join(dataDir, "auth", "replay-cache.log"), "utf8")).toMatch(/^\d+ [0-9a-f]{64}\/[0-9a-f-]{36}$/m);
+  } finally {
+    await first.kill();
+    await second?.kill();
   }
 });

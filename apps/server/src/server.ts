@@ -1,7 +1,8 @@
 import { loadSchnorrkelWasm } from "@proctor/auth";
 import { mkdir, readdir, rm } from "node:fs/promises";
+import type { Server as HttpServer } from "node:http";
 import { isIP } from "node:net";
-import { resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { dockerAvailable } from "@proctor/sandbox-docker";
 import type { SandboxRuntime } from "@proctor/sandbox";
 import { silentLogger } from "@proctor/schema";
@@ -66,6 +67,21 @@ export interface StartServerOptions {
   limits?: RunLimits;
   /** When set, Epistula-Signed-For must be this SS58 address. */
   signedFor?: string;
+  /**
+   * Identities that may read and cancel every batch (others see only their own): SS58 hotkeys
+   * (allowed to sign in even if not on the allowlist) or `token:<id>`; default $PROCTOR_ADMIN_HOTKEYS.
+   */
+  adminHotkeys?: string[];
+  /** Uploads in progress at once, in total (default 8); more get 503 + Retry-After. */
+  maxConcurrentUploads?: number;
+  /** Uploads in progress at once per hotkey / token / client address (default 2); more get 429 + Retry-After. */
+  maxConcurrentUploadsPerKey?: number;
+  /**
+   * Accept Epistula-signed uploads without Content-Digest (old clients): the body is staged to
+   * disk and the signature checked afterwards, so a forger's upload is read before its 401.
+   * Default false: such uploads get 400 asking for Content-Digest.
+   */
+  allowUndigestedUploads?: boolean;
   /** Delete finished batches older than this many days (on start and hourly); default: keep. */
   retentionDays?: number | null;
   /** How long close() lets running batches stop before giving up (default 30 s). */
@@ -85,6 +101,8 @@ export interface RunningServer {
   /** http://host:port */
   url: string;
   port: number;
+  /** The underlying node HTTP server (e.g. to tune timeouts or observe connections). */
+  httpServer: HttpServer;
   /** Stop accepting, close WebSockets, abort running batches (they resume on the next start). */
   close(): Promise<void>;
 }
@@ -99,6 +117,9 @@ const Options = z.object({
   maxQueuedBatches: z.number().int().min(0).default(10),
   maxUploadBytes: z.number().int().min(1).default(500 * 1024 * 1024),
   maxConcurrentTasks: z.number().int().min(1).default(8),
+  maxConcurrentUploads: z.number().int().min(1).default(8),
+  maxConcurrentUploadsPerKey: z.number().int().min(1).default(2),
+  allowUndigestedUploads: z.boolean().default(false),
   insecure: z.boolean().default(false),
   retentionDays: z.number().positive().nullable().default(null),
   shutdownGraceMs: z.number().int().nonnegative().default(30_000),
@@ -151,6 +172,9 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     hotkeysFile: options.hotkeysFile,
     tokens: options.tokens,
     signedFor: options.signedFor,
+    adminHotkeys: options.adminHotkeys,
+    // Survives restarts for the whole timestamp window (see @proctor/auth FileReplayCache).
+    replayCachePath: replayCachePath(dataDir),
     logger,
   });
   const metrics = new ServerMetrics();
@@ -189,6 +213,9 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     maxConcurrentTasks: config.maxConcurrentTasks,
     maxActiveBatches: config.maxActiveBatches,
     maxQueuedBatches: config.maxQueuedBatches,
+    maxConcurrentUploads: config.maxConcurrentUploads,
+    maxConcurrentUploadsPerKey: config.maxConcurrentUploadsPerKey,
+    allowUndigestedUploads: config.allowUndigestedUploads,
     runtimeCheck,
   });
   await manager.start();
@@ -197,18 +224,23 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   } catch (error) {
     await manager.close(config.shutdownGraceMs);
     hub.close();
+    auth.close();
     throw error;
   }
   const address = app.server.address();
   const port = typeof address === "object" && address !== null ? address.port : config.port;
   const hostForUrl = config.host.includes(":") && !config.host.startsWith("[") ? `[${config.host}]` : config.host;
   const url = `http://${hostForUrl}:${port}`;
-  logger.info("server listening", { url, auth: config.auth, dataDir, runtime: options.runtime.name });
+  logger.info("server listening", { url, auth: config.auth, dataDir, runtime: options.runtime.name, admins: auth.adminCount });
+  if (config.allowUndigestedUploads && config.auth === "epistula") {
+    logger.warn("uploads without Content-Digest are accepted: their bodies are staged before the signature is checked (allowUndigestedUploads)");
+  }
 
   let closing: Promise<void> | null = null;
   return {
     url,
     port,
+    httpServer: app.server,
     close() {
       closing ??= (async () => {
         logger.info("server shutting down", { graceMs: config.shutdownGraceMs });
@@ -216,6 +248,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
         hub.close();
         await manager.close(config.shutdownGraceMs);
         await stopped;
+        auth.close();
         await cleanStaging(dataDir);
       })();
       return closing;
@@ -233,4 +266,9 @@ function defaultRuntimeCheck(runtime: SandboxRuntime): () => Promise<void> {
 async function cleanStaging(dataDir: string): Promise<void> {
   const dir = stagingDir(dataDir);
   for (const name of await readdir(dir).catch(() => [] as string[])) await rm(resolve(dir, name), { force: true, recursive: true });
+}
+
+/** The Epistula replay cache file under the data directory. */
+export function replayCachePath(dataDir: string): string {
+  return join(dataDir, "auth", "replay-cache.log");
 }

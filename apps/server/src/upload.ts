@@ -6,7 +6,7 @@ import type { Readable } from "node:stream";
 import { Transform } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import Busboy from "@fastify/busboy";
-import { BadRequestError, PayloadTooLargeError } from "./errors";
+import { BadHeaderError, BadRequestError, PayloadTooLargeError, TooManyUploadsError, UnavailableError } from "./errors";
 
 /** A request body written to disk as it arrived, with the sha256 of its exact bytes. */
 export interface StagedBody {
@@ -17,10 +17,11 @@ export interface StagedBody {
 
 /**
  * Stream `source` to a fresh file under `dir` while hashing and counting it; throws
- * PayloadTooLargeError as soon as more than `maxBytes` arrived (the partial file is removed).
+ * PayloadTooLargeError as soon as more than `maxBytes` arrived, and a 400 naming Content-Digest
+ * when `expectedSha256` is given and the body does not match it (the file is removed either way).
  * Memory stays bounded by the stream's chunk size whatever the body's size.
  */
-export async function stageBody(source: Readable, options: { dir: string; maxBytes: number }): Promise<StagedBody> {
+export async function stageBody(source: Readable, options: { dir: string; maxBytes: number; expectedSha256?: string | null }): Promise<StagedBody> {
   await mkdir(options.dir, { recursive: true });
   const path = join(options.dir, `${randomUUID()}.upload`);
   const hash = createHash("sha256");
@@ -36,13 +37,72 @@ export async function stageBody(source: Readable, options: { dir: string; maxByt
       callback(null, chunk);
     },
   });
+  let sha256: string;
   try {
     await pipeline(source, meter, createWriteStream(path, { flags: "wx" }));
+    sha256 = hash.digest("hex");
+    if (options.expectedSha256 != null && sha256 !== options.expectedSha256) throw contentDigestMismatch(bytes);
   } catch (error) {
     await rm(path, { force: true });
     throw error;
   }
-  return { path, sha256: hash.digest("hex"), bytes };
+  return { path, sha256, bytes };
+}
+
+/** The 400 for a body whose sha256 is not the one its Content-Digest header declared. */
+export function contentDigestMismatch(bytes: number): BadHeaderError {
+  return new BadHeaderError(
+    "content_digest_mismatch",
+    "Content-Digest",
+    `request header Content-Digest does not match the ${bytes}-byte body that arrived (sha-256 differs); the upload was discarded. Send the digest of the exact bytes of the body, and the body unchanged`,
+  );
+}
+
+/**
+ * Caps on uploads in progress: in total and per credential (hotkey, token, or client address
+ * under auth none). `acquire` throws 429 (this caller's own limit) or 503 (the server's), both
+ * with Retry-After, and returns the release function.
+ */
+export class UploadSlots {
+  private readonly perKey = new Map<string, number>();
+  private total = 0;
+
+  constructor(
+    readonly maxTotal: number,
+    readonly maxPerKey: number,
+    private readonly retryAfterSec = 5,
+  ) {}
+
+  get inUse(): number {
+    return this.total;
+  }
+
+  acquire(key: string, shownAs: string): () => void {
+    const mine = this.perKey.get(key) ?? 0;
+    if (mine >= this.maxPerKey) {
+      throw new TooManyUploadsError(
+        `${shownAs} already has ${mine} upload(s) in progress, the limit per credential (maxConcurrentUploadsPerKey, --max-uploads-per-key ${this.maxPerKey}); wait for one to finish`,
+        this.retryAfterSec,
+      );
+    }
+    if (this.total >= this.maxTotal) {
+      throw new UnavailableError(
+        `the server is receiving ${this.total} uploads, its limit (maxConcurrentUploads, --max-uploads ${this.maxTotal}); retry shortly`,
+        { code: "too_many_uploads", retryAfterSec: this.retryAfterSec },
+      );
+    }
+    this.perKey.set(key, mine + 1);
+    this.total += 1;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.total -= 1;
+      const left = (this.perKey.get(key) ?? 1) - 1;
+      if (left <= 0) this.perKey.delete(key);
+      else this.perKey.set(key, left);
+    };
+  }
 }
 
 /** sha256 hex of a body held in memory (small bodies, and the empty body of GETs). */

@@ -1,0 +1,204 @@
+import { createHash } from "node:crypto";
+import { readdir, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { Readable } from "node:stream";
+import { Keypair, contentDigestHeader, signRequest } from "@proctor/auth";
+import { request } from "undici";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { uploadArchive } from "./client";
+import type { ClientError } from "./errors";
+import { ALICE, BOB, call, makeArchive, makeGitRepo, startTestServer, tempDir } from "./test-support";
+
+let root: string;
+let fixture: { repo: string; commit: string };
+
+beforeAll(async () => {
+  root = await tempDir();
+  fixture = await makeGitRepo(root);
+});
+afterAll(async () => {
+  await rm(root, { recursive: true, force: true });
+});
+
+const MiB = 1024 * 1024;
+
+/** A generated body of `total` bytes (never held in memory); `sent()` says how much was pulled. */
+function generatedBody(total: number): { body: Readable; sent: () => number } {
+  const chunk = Buffer.alloc(64 * 1024, 0x61);
+  let sent = 0;
+  const body = new Readable({
+    read() {
+      if (sent >= total) {
+        this.push(null);
+        return;
+      }
+      sent += chunk.length;
+      this.push(chunk);
+    },
+  });
+  return { body, sent: () => sent };
+}
+
+describe("uploads: signature checked from the headers (Content-Digest) before the body", () => {
+  test("a forged 500 MB upload by an allowlisted hotkey is refused with 401 after < 1 MB was read", async () => {
+    const server = await startTestServer(join(root, "forged"));
+    const reads: number[] = [];
+    server.httpServer.on("connection", (socket) => socket.once("close", () => reads.push(socket.bytesRead)));
+    try {
+      const total = 500 * 1024 * 1024;
+      const digest = createHash("sha256").update("the attacker cannot hash 500 MB he has not sent").digest("hex");
+      // Bob signs, claiming to be Alice (allowlisted): the signature cannot verify for Alice's key.
+      const headers = { ...signRequest({ keypair: BOB, body: { sha256Hex: digest } }), "Epistula-Signed-By": ALICE.address };
+      const { body, sent } = generatedBody(total);
+      const started = Date.now();
+      const response = await request(new URL("/submit", server.url), {
+        method: "POST",
+        headers: { ...headers, "content-digest": contentDigestHeader(digest), "content-type": "multipart/form-data; boundary=x", "content-length": String(total) },
+        body,
+      });
+      const answer = await response.body.json();
+      const elapsedMs = Date.now() - started;
+      expect(response.statusCode).toBe(401);
+      expect(answer).toMatchObject({ error: "bad_signature", message: expect.stringContaining("Epistula-Request-Signature") });
+      body.destroy();
+      for (let i = 0; i < 100 && reads.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(reads).toHaveLength(1);
+      const bytesRead = reads[0]!;
+      console.log(`forged 500 MB upload: server read ${bytesRead} bytes (headers included), client generated ${sent()} bytes, 401 after ${elapsedMs} ms`);
+      expect(bytesRead).toBeLessThan(MiB);
+      expect(await readdir(join(root, "forged", "staging"))).toEqual([]);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("a body that does not match its Content-Digest is a 400 naming the header; nothing is kept", async () => {
+    const dataDir = join(root, "mismatch");
+    const server = await startTestServer(dataDir);
+    try {
+      const meant = Buffer.from("--x\r\nContent-Disposition: form-data; name=\"archive\"; filename=\"a.tar.gz\"\r\n\r\nmeant\r\n--x--\r\n");
+      const sent = Buffer.from(meant.toString().replace("meant", "other"));
+      const digest = createHash("sha256").update(meant).digest("hex");
+      const response = await request(new URL("/submit", server.url), {
+        method: "POST",
+        headers: { ...signRequest({ keypair: ALICE, body: meant }), "content-digest": contentDigestHeader(digest), "content-type": "multipart/form-data; boundary=x" },
+        body: sent,
+      });
+      expect(response.statusCode).toBe(400);
+      const answer = (await response.body.json()) as { error: string; message: string };
+      expect(answer).toMatchObject({ error: "content_digest_mismatch", message: expect.stringContaining("Content-Digest") });
+      expect(await readdir(join(dataDir, "staging"))).toEqual([]);
+      expect(await readdir(join(dataDir, "batches"))).toEqual([]);
+
+      const malformed = await request(new URL("/submit", server.url), {
+        method: "POST",
+        headers: { ...signRequest({ keypair: ALICE, body: meant }), "content-digest": "sha-256=:nope:", "content-type": "multipart/form-data; boundary=x" },
+        body: meant,
+      });
+      expect(malformed.statusCode).toBe(400);
+      expect(await malformed.body.json()).toMatchObject({ error: "bad_content_digest", message: expect.stringContaining("Content-Digest") });
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("an upload without Content-Digest is a 400 asking for it, unless the staged mode is enabled", async () => {
+    const archive = await makeArchive(root, { ...fixture, tasks: [{ id: "t" }] });
+    const body = Buffer.from(`--x\r\nContent-Disposition: form-data; name="archive"; filename="a.tar.gz"\r\nContent-Type: application/octet-stream\r\n\r\n`);
+    const { readFile } = await import("node:fs/promises");
+    const full = Buffer.concat([body, await readFile(archive), Buffer.from("\r\n--x--\r\n")]);
+    const send = (url: string, keypair = ALICE) =>
+      request(new URL("/submit", url), { method: "POST", headers: { ...signRequest({ keypair, body: full }), "content-type": "multipart/form-data; boundary=x" }, body: full });
+
+    const strict = await startTestServer(join(root, "strict"));
+    try {
+      const response = await send(strict.url);
+      expect(response.statusCode).toBe(400);
+      const answer = (await response.body.json()) as { error: string; message: string };
+      expect(answer.error).toBe("missing_content_digest");
+      expect(answer.message).toMatch(/Content-Digest: sha-256=:/);
+      // The current client sends it.
+      expect((await uploadArchive({ server: strict.url, archivePath: archive, keypair: ALICE })).total_tasks).toBe(1);
+    } finally {
+      await strict.close();
+    }
+
+    const staged = await startTestServer(join(root, "staged"), { allowUndigestedUploads: true, hotkeys: [ALICE.address, BOB.address] });
+    try {
+      const ok = await send(staged.url);
+      expect(ok.statusCode).toBe(202);
+      await ok.body.dump();
+      const forged = await request(new URL("/submit", staged.url), {
+        method: "POST",
+        headers: { ...signRequest({ keypair: BOB, body: "something else" }), "Epistula-Signed-By": ALICE.address, "content-type": "multipart/form-data; boundary=x" },
+        body: full,
+      });
+      expect(forged.statusCode).toBe(401);
+      expect(await forged.body.json()).toMatchObject({ error: "bad_signature" });
+      expect(staged.logger.lines.join("\n")).toMatch(/without Content-Digest are accepted/);
+    } finally {
+      await staged.close();
+    }
+  });
+});
+
+describe("upload caps", () => {
+  const CHARLIE = Keypair.fromUri("//Charlie");
+
+  /** An upload that sends 64 KiB and then waits; resolves with the server's answer if it refuses early. */
+  function slowUpload(url: string, keypair: Keypair): { answer: Promise<{ status: number; retryAfter: string | undefined; body: any }>; body: Readable } {
+    const digest = createHash("sha256").update("slow").digest("hex");
+    let pushed = false;
+    const body = new Readable({
+      read() {
+        if (!pushed) {
+          pushed = true;
+          this.push(Buffer.alloc(64 * 1024));
+        }
+      },
+    });
+    const answer = request(new URL("/submit", url), {
+      method: "POST",
+      headers: { ...signRequest({ keypair, body: { sha256Hex: digest } }), "content-digest": contentDigestHeader(digest), "content-type": "multipart/form-data; boundary=x", "content-length": String(10 * MiB) },
+      body,
+    }).then(async (r) => ({ status: r.statusCode, retryAfter: r.headers["retry-after"] as string | undefined, body: await r.body.json() }));
+    return { answer, body };
+  }
+
+  test("per hotkey (429) and in total (503), with Retry-After; a finished upload frees its slot", async () => {
+    const server = await startTestServer(join(root, "caps"), { hotkeys: [ALICE.address, BOB.address, CHARLIE.address], maxConcurrentUploads: 2, maxConcurrentUploadsPerKey: 1 });
+    try {
+      const first = slowUpload(server.url, ALICE);
+      first.answer.catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 300));
+      const again = await slowUpload(server.url, ALICE).answer;
+      expect(again.status).toBe(429);
+      expect(again.retryAfter).toMatch(/^\d+$/);
+      expect(again.body).toEqual({ error: "too_many_uploads", message: expect.stringMatching(/1 upload\(s\) in progress.*--max-uploads-per-key 1/) });
+
+      const bob = slowUpload(server.url, BOB);
+      bob.answer.catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 300));
+      const charlie = await slowUpload(server.url, CHARLIE).answer;
+      expect(charlie.status).toBe(503);
+      expect(charlie.retryAfter).toMatch(/^\d+$/);
+      expect(charlie.body).toEqual({ error: "too_many_uploads", message: expect.stringMatching(/receiving 2 uploads.*--max-uploads 2/) });
+
+      // GETs are not uploads.
+      expect((await call(server.url, "GET", "/batches", { keypair: CHARLIE })).status).toBe(200);
+
+      first.body.destroy();
+      bob.body.destroy();
+      const archive = await makeArchive(root, { ...fixture, tasks: [{ id: "t" }] });
+      const deadline = Date.now() + 5_000;
+      let result: unknown;
+      do {
+        await new Promise((r) => setTimeout(r, 50));
+        result = await uploadArchive({ server: server.url, archivePath: archive, keypair: ALICE }).catch((e: unknown) => e);
+      } while ((result as ClientError).statusCode !== undefined && Date.now() < deadline);
+      expect(result).toMatchObject({ total_tasks: 1 });
+    } finally {
+      await server.close();
+    }
+  });
+});
