@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { backoffDelayMs, ManualClock, retry, systemClock, withTimeout } from "./clock";
-import { OperationTimeoutError } from "./errors";
+import { OperationTimeoutError } from "@proctor/sandbox";
 
 describe("retry", () => {
   it("retries with doubling, capped delays and returns the first success", async () => {

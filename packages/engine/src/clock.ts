@@ -1,4 +1,4 @@
-import { OperationTimeoutError } from "./errors";
+import { OperationTimeoutError } from "@proctor/sandbox";
 
 /** Time as the retry and timeout helpers see it; inject a ManualClock in tests so they never sleep. */
 export interface Clock {

@@ -9,5 +9,7 @@ export type { TamperProbe } from "./integrity";
 export { buildRunConfig, configHash, describeConfigChanges, hashDirectory } from "./config";
 export type { StoredRunConfig } from "./config";
 export { RepoCache, repoUrl } from "./workspace";
-export { writeJsonAtomic } from "./store";
+export { writeJsonAtomic, readRunConfig } from "./store";
+export { systemClock, ManualClock, retry, withTimeout, backoffDelayMs } from "./clock";
+export type { Clock, RetryOptions, TimeoutOptions } from "./clock";
 export { EngineError, ConfigMismatchError, RunDirectoryError, WorkspaceError } from "./errors";

@@ -1,12 +1,13 @@
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import {
-  ImageError, LOCAL_CAPABILITIES, LocalRuntime, ManualClock, SandboxStartError,
+  ImageError, LOCAL_CAPABILITIES, LocalRuntime, SandboxStartError,
   type ImageRequest, type Sandbox, type SandboxCreateOptions, type SandboxRuntime,
 } from "@proctor/sandbox";
 import type { TaskSpec } from "@proctor/schema";
 import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, expect, test } from "vitest";
+import { ManualClock } from "./clock";
 import { startRun } from "./run";
 import { EXAMPLES_DIR, readResultsFile, tempDir } from "./testing/fixtures";
 

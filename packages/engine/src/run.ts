@@ -4,11 +4,12 @@ import { dirname, join, resolve } from "node:path";
 import { createAgent, RunFatalAgentError, type Agent } from "@proctor/agents";
 import { EventBus, JsonlSink, readJsonl } from "@proctor/events";
 import { summarize } from "@proctor/reward";
-import { systemClock, type Clock, type SandboxRuntime } from "@proctor/sandbox";
+import type { SandboxRuntime } from "@proctor/sandbox";
+import { systemClock, type Clock } from "./clock";
 import { RunSummary, TrialResult, silentLogger, type AgentSpec, type Logger, type TaskSpec } from "@proctor/schema";
-import { buildRunConfig, describeConfigChanges, type StoredRunConfig } from "./config";
+import { buildRunConfig, describeConfigChanges } from "./config";
 import { ConfigMismatchError, EngineError, RunDirectoryError } from "./errors";
-import { SerialQueue, writeJsonAtomic } from "./store";
+import { readRunConfig, SerialQueue, writeJsonAtomic } from "./store";
 import { trialIdOf } from "./ids";
 import { effectiveLimits, isolates, type RunLimits, type TrialEnvironment } from "./trial/context";
 import { runTrial } from "./trial/trial";
@@ -83,20 +84,6 @@ export function startRun(options: RunOptions): RunHandle {
   return { runId: options.runId, runDir, bus, done };
 }
 
-async function readStoredConfig(path: string, runDir: string): Promise<StoredRunConfig> {
-  let text: string;
-  try {
-    text = await readFile(path, "utf8");
-  } catch (error) {
-    throw new RunDirectoryError(`cannot resume ${runDir}: no readable run.json (${(error as Error).message}); is this a run directory?`, runDir, { cause: error });
-  }
-  try {
-    return JSON.parse(text) as StoredRunConfig;
-  } catch (error) {
-    throw new RunDirectoryError(`cannot resume ${runDir}: run.json is not valid JSON`, runDir, { cause: error });
-  }
-}
-
 /** Finished trials of an earlier session; a truncated last line (crash mid-append) is skipped, so that trial runs again. */
 async function readFinished(path: string, logger: Logger): Promise<TrialResult[]> {
   return (await readJsonl(path, { schema: TrialResult, missingOk: true, logger })).records;
@@ -165,7 +152,7 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
   let finished: TrialResult[] = [];
   let startedAt = new Date().toISOString();
   if (options.resume) {
-    const stored = await readStoredConfig(runJsonPath, runDir);
+    const stored = await readRunConfig(runDir);
     if (stored.configHash !== config.configHash) {
       const changes = describeConfigChanges(stored, config);
       throw new ConfigMismatchError(runDir, changes.length > 0 ? changes : ["run.json's configHash differs (edited by hand?)"]);

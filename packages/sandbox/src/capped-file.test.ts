@@ -2,7 +2,7 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, expect, test } from "vitest";
-import { CappedFile } from "./capture";
+import { CappedFile } from "./capped-file";
 
 let dir: string;
 beforeEach(async () => {

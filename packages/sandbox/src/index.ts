@@ -9,5 +9,4 @@ export { LocalRuntime, LocalSandbox, LOCAL_ROOT_PREFIX, DEFAULT_ENV_ALLOWLIST, L
 export type { LocalRuntimeOptions } from "./local";
 export { OutputCollector, buildExecResult, exitCodeFromSignal, DEFAULT_MAX_OUTPUT_BYTES } from "./output";
 export { normalizeSandboxPath, hostPathOf, sandboxPathEnv } from "./paths";
-export { systemClock, ManualClock, retry, withTimeout, backoffDelayMs } from "./clock";
-export type { Clock, RetryOptions, TimeoutOptions } from "./clock";
+export { CappedFile } from "./capped-file";

@@ -1,10 +1,9 @@
-import { mkdir, readFile, stat } from "node:fs/promises";
+import { mkdir, stat } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
 import type { AgentSpec, Logger, RunSummary, TaskSpec } from "@proctor/schema";
-import { RunConfig } from "@proctor/schema";
-import { startRun } from "@proctor/engine";
+import { readRunConfig, startRun } from "@proctor/engine";
 import { loadTasks } from "@proctor/tasks";
 import { UsageError, EXIT_INTERRUPTED } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
@@ -53,19 +52,6 @@ export function parseAgent(value: string | undefined, archiveAgentDir: string | 
 function newRunId(): string {
   const now = new Date().toISOString().replace(/[-:]/g, "").replace("T", "-").slice(0, 15);
   return `${now}-${randomBytes(2).toString("hex")}`;
-}
-
-async function readRunConfig(runDir: string): Promise<RunConfig> {
-  const file = join(runDir, "run.json");
-  let text: string;
-  try {
-    text = await readFile(file, "utf8");
-  } catch (error) {
-    throw new UsageError(`--resume ${runDir}: cannot read ${file}; is this a run directory?`, { cause: error });
-  }
-  const parsed = RunConfig.safeParse(JSON.parse(text));
-  if (!parsed.success) throw new UsageError(`${file}: not a run.json this version understands: ${parsed.error.issues[0]?.message}`);
-  return parsed.data;
 }
 
 /** `proctor run`: load tasks, run them on the engine, show progress, print the table. Returns the exit code. */

@@ -1,5 +1,6 @@
 import type { Agent } from "@proctor/agents";
-import type { Clock, Sandbox, SandboxRuntime } from "@proctor/sandbox";
+import type { Sandbox, SandboxRuntime } from "@proctor/sandbox";
+import type { Clock } from "../clock";
 import type { CheckResult, EventBody, Integrity, Logger, Phase, PhaseTiming, TaskSpec, TrialError, TrialResult } from "@proctor/schema";
 import type { RepoCache } from "../workspace";
 

@@ -1,9 +1,8 @@
 import { randomUUID } from "node:crypto";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { CappedFile } from "@proctor/agents";
 import { parseReward } from "@proctor/reward";
-import { SANDBOX_PATHS, SandboxStoppedError, type ExecOptions, type ExecResult, type Sandbox } from "@proctor/sandbox";
+import { CappedFile, SANDBOX_PATHS, SandboxStoppedError, type ExecOptions, type ExecResult, type Sandbox } from "@proctor/sandbox";
 import type { CheckResult, Integrity } from "@proctor/schema";
 import { findTampering } from "../integrity";
 import { CHECK_OUTPUT_BYTES, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, isolates, message, tail, throwIfAborted, type SandboxAttempt } from "./context";

@@ -1,5 +1,5 @@
 import { join } from "node:path";
-import { CappedFile } from "@proctor/agents";
+import { CappedFile } from "@proctor/sandbox";
 import { repoUrl } from "../workspace";
 import { CHECK_OUTPUT_BYTES, CHECKOUT_MS, VERIFIER_LOG_BYTES, tail, throwIfAborted, type SandboxAttempt } from "./context";
 
