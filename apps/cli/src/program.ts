@@ -116,13 +116,18 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--unsafe-local-runtime", "run uploads on the local runtime (host processes, no isolation): trusted uploads only", false)
     .option("--isolate-verifier", "no agent process may be alive when any verifier starts (default: each task decides; check tasks isolate)")
     .option("--no-isolate-verifier", "let agent processes live through verification for every task (needed with --unsafe-local-runtime for check tasks)")
+    .option("--admin-hotkeys <list>", "comma-separated SS58 hotkeys (or token:<id>) that see and cancel every batch (else $PROCTOR_ADMIN_HOTKEYS)")
+    .option("--max-uploads <n>", "uploads in progress at once; more get 503", positiveInt("--max-uploads"), 8)
+    .option("--max-uploads-per-key <n>", "uploads in progress at once per hotkey/token; more get 429", positiveInt("--max-uploads-per-key"), 2)
+    .option("--allow-undigested-uploads", "accept signed uploads without Content-Digest (old clients; their body is read before the signature is checked)", false)
     .action(async (o) =>
       setExitCode(
         await serveCommand({
           host: o.host, port: o.port, dataDir: o.dataDir, auth: o.auth, runtime: o.runtime, defaultImage: o.defaultImage,
           maxActiveBatches: o.maxActiveBatches, maxQueuedBatches: o.maxQueuedBatches, maxConcurrentTasks: o.maxConcurrentTasks,
           insecure: o.insecure, hotkeysFile: o.hotkeysFile, retentionDays: o.retentionDays, allowLocalRepos: o.allowLocalRepos, unsafeLocalRuntime: o.unsafeLocalRuntime,
-          isolateVerifier: o.isolateVerifier, logger,
+          isolateVerifier: o.isolateVerifier, adminHotkeys: o.adminHotkeys, maxUploads: o.maxUploads, maxUploadsPerKey: o.maxUploadsPerKey,
+          allowUndigestedUploads: o.allowUndigestedUploads, logger,
         }),
       ),
     );

@@ -32,6 +32,13 @@ export interface SubmitBatchOptions extends ClientAuth {
   signal?: AbortSignal;
   /** Reconnect attempts when the WebSocket drops before batch_complete (default 10). */
   maxReconnects?: number;
+  /**
+   * Times an upload refused for the server's upload caps (429/503 `too_many_uploads`) is retried
+   * after its Retry-After (at most 60 s each); default 3.
+   */
+  uploadRetries?: number;
+  /** Called before such a retry. */
+  onUploadRetry?: (info: { attempt: number; delaySec: number; message: string }) => void;
 }
 
 /** GET /batch/:id */
@@ -75,7 +82,10 @@ async function readJson<T>(response: Awaited<ReturnType<typeof request>>, what: 
   }
   if (response.statusCode >= 400) {
     const { error, message } = body as { error?: string; message?: string };
-    throw new ClientError(response.statusCode, error ?? "error", `${what}: ${response.statusCode} ${message ?? text.slice(0, 200)}`);
+    const failure = new ClientError(response.statusCode, error ?? "error", `${what}: ${response.statusCode} ${message ?? text.slice(0, 200)}`);
+    const retryAfter = Number(response.headers["retry-after"]);
+    if (Number.isFinite(retryAfter) && retryAfter >= 0) failure.retryAfterSec = retryAfter;
+    throw failure;
   }
   return body as T;
 }
@@ -93,8 +103,23 @@ export async function submitBatch(options: SubmitBatchOptions): Promise<BatchSta
   return requestJson<BatchStatusJson>(options.server, "GET", `/batch/${encodeURIComponent(submitted.batch_id)}`, options, options.signal);
 }
 
-/** POST /submit only; returns the 202 answer. */
+/** POST /submit only; returns the 202 answer. Retries (re-signed) while the server's upload caps are full. */
 export async function uploadArchive(options: SubmitBatchOptions): Promise<SubmitResult> {
+  const retries = options.uploadRetries ?? 3;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await uploadOnce(options);
+    } catch (error) {
+      if (!(error instanceof ClientError) || error.code !== "too_many_uploads" || attempt > retries) throw error;
+      const delaySec = Math.min(error.retryAfterSec ?? 5, 60);
+      options.onUploadRetry?.({ attempt, delaySec, message: error.message });
+      await new Promise((resolve) => setTimeout(resolve, delaySec * 1000));
+      options.signal?.throwIfAborted();
+    }
+  }
+}
+
+async function uploadOnce(options: SubmitBatchOptions): Promise<SubmitResult> {
   const { size } = await stat(options.archivePath);
   const boundary = `----proctor-${randomUUID()}`;
   const filename = basename(options.archivePath).replace(/["\r\n\\]/g, "_");

@@ -117,6 +117,8 @@ export class UnavailableError extends ServerError {
 /** Thrown by `submitBatch` when the server answers with an error status. */
 export class ClientError extends Error {
   override name = "ClientError";
+  /** The answer's Retry-After in seconds, when it had one. */
+  retryAfterSec: number | null = null;
   constructor(
     readonly statusCode: number,
     readonly code: string,

@@ -175,6 +175,24 @@ describe("upload caps", () => {
       expect(again.status).toBe(429);
       expect(again.retryAfter).toMatch(/^\d+$/);
       expect(again.body).toEqual({ error: "too_many_uploads", message: expect.stringMatching(/1 upload\(s\) in progress.*--max-uploads-per-key 1/) });
+      // The client reports the cap (with Retry-After) when it may not retry...
+      const archive = await makeArchive(root, { ...fixture, tasks: [{ id: "t" }] });
+      const refused = (await uploadArchive({ server: server.url, archivePath: archive, keypair: ALICE, uploadRetries: 0 }).catch((e: unknown) => e)) as ClientError;
+      expect(refused).toMatchObject({ statusCode: 429, code: "too_many_uploads", retryAfterSec: expect.any(Number) });
+      // ...and otherwise waits and retries, re-signed (here the slot frees while it waits).
+      const retries: number[] = [];
+      const retried = await uploadArchive({
+        server: server.url, archivePath: archive, keypair: ALICE, uploadRetries: 1,
+        onUploadRetry: (r) => {
+          retries.push(r.delaySec);
+          first.body.destroy();
+        },
+      });
+      expect(retried.total_tasks).toBe(1);
+      expect(retries).toHaveLength(1);
+      const held = slowUpload(server.url, ALICE);
+      held.answer.catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 300));
 
       const bob = slowUpload(server.url, BOB);
       bob.answer.catch(() => undefined);
@@ -187,14 +205,13 @@ describe("upload caps", () => {
       // GETs are not uploads.
       expect((await call(server.url, "GET", "/batches", { keypair: CHARLIE })).status).toBe(200);
 
-      first.body.destroy();
+      held.body.destroy();
       bob.body.destroy();
-      const archive = await makeArchive(root, { ...fixture, tasks: [{ id: "t" }] });
       const deadline = Date.now() + 5_000;
       let result: unknown;
       do {
         await new Promise((r) => setTimeout(r, 50));
-        result = await uploadArchive({ server: server.url, archivePath: archive, keypair: ALICE }).catch((e: unknown) => e);
+        result = await uploadArchive({ server: server.url, archivePath: archive, keypair: ALICE, uploadRetries: 0 }).catch((e: unknown) => e);
       } while ((result as ClientError).statusCode !== undefined && Date.now() < deadline);
       expect(result).toMatchObject({ total_tasks: 1 });
     } finally {

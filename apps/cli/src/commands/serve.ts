@@ -21,6 +21,13 @@ export interface ServeOptions {
   unsafeLocalRuntime: boolean;
   /** --isolate-verifier / --no-isolate-verifier; undefined: each task decides. */
   isolateVerifier?: boolean;
+  /** --admin-hotkeys (comma-separated); undefined: $PROCTOR_ADMIN_HOTKEYS. */
+  adminHotkeys?: string;
+  /** --max-uploads / --max-uploads-per-key: uploads in progress at once. */
+  maxUploads?: number;
+  maxUploadsPerKey?: number;
+  /** --allow-undigested-uploads: accept signed uploads without Content-Digest (staged, checked after). */
+  allowUndigestedUploads?: boolean;
   logger: Logger;
 }
 
@@ -51,6 +58,10 @@ export async function serveCommand(options: ServeOptions): Promise<number> {
     retentionDays: options.retentionDays ?? null,
     allowLocalRepos: options.allowLocalRepos,
     ...(options.isolateVerifier !== undefined ? { isolateVerifier: options.isolateVerifier } : {}),
+    ...(options.adminHotkeys !== undefined ? { adminHotkeys: options.adminHotkeys.split(/[\s,]+/).filter((e) => e !== "") } : {}),
+    ...(options.maxUploads !== undefined ? { maxConcurrentUploads: options.maxUploads } : {}),
+    ...(options.maxUploadsPerKey !== undefined ? { maxConcurrentUploadsPerKey: options.maxUploadsPerKey } : {}),
+    allowUndigestedUploads: options.allowUndigestedUploads ?? false,
     logger: options.logger,
   });
   process.stderr.write(`proctor serve: listening on ${server.url} (auth ${options.auth}, runtime ${runtime.name}, data ${resolve(options.dataDir)})\n`);

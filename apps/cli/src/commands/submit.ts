@@ -61,6 +61,8 @@ export async function submitCommand(options: SubmitOptions): Promise<number> {
     token,
     signedFor: options.signedFor,
     concurrentTasks: options.concurrentTasks,
+    // The client sends Content-Digest, so the server checks the signature before the upload.
+    onUploadRetry: (r) => process.stderr.write(`server busy (${r.message}); retrying in ${r.delaySec} s (attempt ${r.attempt})\n`),
     onSubmitted: (s) => process.stderr.write(`submitted: batch ${s.batch_id}, ${s.total_tasks} tasks, ${s.concurrent_tasks} at once\n`),
     onEvent,
   }).finally(() => bar?.stop());
