@@ -1,4 +1,4 @@
-import { loadSchnorrkelWasm } from "@proctor/auth";
+import { AuthConfigError, loadSchnorrkelWasm } from "@proctor/auth";
 import { mkdir, readdir, rm } from "node:fs/promises";
 import type { Server as HttpServer } from "node:http";
 import { isIP } from "node:net";
@@ -165,7 +165,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
 
   // schnorrkel in WebAssembly verifies about 4x faster than the pure-TS default (bench/auth-verify).
   const verifier = config.auth === "epistula" ? await loadSchnorrkelWasm() : undefined;
-  const auth = new RequestAuthenticator({
+  const auth = configured(() => new RequestAuthenticator({
     mode: config.auth,
     verifier,
     hotkeys: options.hotkeys,
@@ -176,7 +176,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     // Survives restarts for the whole timestamp window (see @proctor/auth FileReplayCache).
     replayCachePath: replayCachePath(dataDir),
     logger,
-  });
+  }));
   const metrics = new ServerMetrics();
   const manager = new BatchManager({
     dataDir,
@@ -271,4 +271,14 @@ async function cleanStaging(dataDir: string): Promise<void> {
 /** The Epistula replay cache file under the data directory. */
 export function replayCachePath(dataDir: string): string {
   return join(dataDir, "auth", "replay-cache.log");
+}
+
+/** Bad allowlists, tokens or admin lists are configuration errors (the CLI exits 2 with the message). */
+function configured<T>(build: () => T): T {
+  try {
+    return build();
+  } catch (error) {
+    if (error instanceof AuthConfigError) throw new ServerConfigError(error.message);
+    throw error;
+  }
 }
