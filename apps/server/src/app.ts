@@ -40,6 +40,8 @@ export interface AppContext {
   /** Uploads (POST /submit) in progress at once, in total and per credential. */
   maxConcurrentUploads: number;
   maxConcurrentUploadsPerKey: number;
+  /** An upload whose connection stays silent this long is dropped (its slot freed). */
+  uploadIdleTimeoutMs: number;
   /**
    * Accept Epistula-signed uploads without Content-Digest the old way: stage the whole body to
    * disk, then check the signature over its hash (a forger's body is read before the 401).
@@ -143,7 +145,18 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
     }
     const identity = request.proctorIdentity ?? pending.identity;
     const release = uploads.acquire(principalKey(identity) ?? `ip:${request.ip}`, identity === null ? `client ${request.ip}` : identity);
-    reply.raw.once("close", release);
+    // A stalled upload must not hold its slot forever: drop its connection after a silence.
+    const socket = request.raw.socket;
+    const onIdle = () => {
+      ctx.logger.warn("upload stalled; dropping the connection", { identity, idleMs: ctx.uploadIdleTimeoutMs });
+      socket.destroy();
+    };
+    socket.setTimeout(ctx.uploadIdleTimeoutMs, onIdle);
+    reply.raw.once("close", () => {
+      // Node sets the keep-alive timeout on the socket itself once the response is done.
+      socket.off("timeout", onIdle);
+      release();
+    });
   });
   // Then the body against its digest, and (when not done from the headers) the signature over it.
   app.addHook("preHandler", async (request) => {

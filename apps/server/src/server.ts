@@ -76,6 +76,8 @@ export interface StartServerOptions {
   maxConcurrentUploads?: number;
   /** Uploads in progress at once per hotkey / token / client address (default 2); more get 429 + Retry-After. */
   maxConcurrentUploadsPerKey?: number;
+  /** An upload whose connection sends nothing for this long is dropped, freeing its slot (default 60 s). */
+  uploadIdleTimeoutMs?: number;
   /**
    * Accept Epistula-signed uploads without Content-Digest (old clients): the body is staged to
    * disk and the signature checked afterwards, so a forger's upload is read before its 401.
@@ -119,6 +121,7 @@ const Options = z.object({
   maxConcurrentTasks: z.number().int().min(1).default(8),
   maxConcurrentUploads: z.number().int().min(1).default(8),
   maxConcurrentUploadsPerKey: z.number().int().min(1).default(2),
+  uploadIdleTimeoutMs: z.number().int().positive().default(60_000),
   allowUndigestedUploads: z.boolean().default(false),
   insecure: z.boolean().default(false),
   retentionDays: z.number().positive().nullable().default(null),
@@ -215,6 +218,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     maxQueuedBatches: config.maxQueuedBatches,
     maxConcurrentUploads: config.maxConcurrentUploads,
     maxConcurrentUploadsPerKey: config.maxConcurrentUploadsPerKey,
+    uploadIdleTimeoutMs: config.uploadIdleTimeoutMs,
     allowUndigestedUploads: config.allowUndigestedUploads,
     runtimeCheck,
   });

@@ -218,4 +218,23 @@ describe("upload caps", () => {
       await server.close();
     }
   });
+
+  test("a stalled upload is dropped after the idle timeout and frees its slot", async () => {
+    const server = await startTestServer(join(root, "idle"), { maxConcurrentUploadsPerKey: 1, uploadIdleTimeoutMs: 500 });
+    try {
+      const stalled = slowUpload(server.url, ALICE);
+      const outcome = stalled.answer.then(
+        (a) => a.status,
+        (e: unknown) => (e as Error).name,
+      );
+      await new Promise((r) => setTimeout(r, 200));
+      expect((await slowUpload(server.url, ALICE).answer).status).toBe(429);
+      expect(await outcome).not.toBe(202);
+      const archive = await makeArchive(root, { ...fixture, tasks: [{ id: "t" }] });
+      expect((await uploadArchive({ server: server.url, archivePath: archive, keypair: ALICE, uploadRetries: 0 })).total_tasks).toBe(1);
+      expect(server.logger.lines.join("\n")).toMatch(/upload stalled/);
+    } finally {
+      await server.close();
+    }
+  });
 });
