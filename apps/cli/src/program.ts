@@ -5,7 +5,7 @@ import { gcCommand } from "./commands/gc";
 import { reportCommand } from "./commands/report";
 import { serveCommand } from "./commands/serve";
 import { submitCommand } from "./commands/submit";
-import { EngineError } from "@proctor/engine";
+import { EngineError, RunStorageError } from "@proctor/engine";
 import { AgentConfigError } from "@proctor/agents";
 import { RuntimeUnavailableError } from "@proctor/sandbox";
 import { ClientError, ServerConfigError } from "@proctor/server";
@@ -173,6 +173,10 @@ export async function main(argv: string[]): Promise<number> {
       return error.exitCode;
     }
     // Errors the engine raises before any trial starts: the user's input, or the runtime.
+    if (error instanceof RunStorageError) {
+      process.stderr.write(`proctor: ${error.message}\n`);
+      return 1;
+    }
     if (error instanceof EngineError || error instanceof AgentConfigError) {
       process.stderr.write(`proctor: ${error.message}\n`);
       return 2;

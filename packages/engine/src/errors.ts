@@ -43,3 +43,20 @@ export class WorkspaceError extends EngineError {
     super(message, options);
   }
 }
+
+/**
+ * The run directory could not be written (a full disk, lost permissions). The run stops; every
+ * trial recorded before stays, complete, in results.jsonl, so a resume continues it.
+ */
+export class RunStorageError extends EngineError {
+  override name = "RunStorageError";
+  constructor(readonly runDir: string, cause: unknown) {
+    const detail = cause instanceof Error ? cause.message : String(cause);
+    const full = /ENOSPC/.test(detail) || (cause as { cause?: { code?: string } })?.cause?.code === "ENOSPC";
+    super(
+      `cannot write the run directory ${runDir}${full ? " (the disk is full)" : ""}: ${detail}. ` +
+        `Finished trials are kept; ${full ? "free some space, then " : ""}continue with: proctor run --resume ${runDir}`,
+      { cause },
+    );
+  }
+}

@@ -12,4 +12,4 @@ export { RepoCache, repoUrl } from "./workspace";
 export { writeJsonAtomic, readRunConfig } from "./store";
 export { systemClock, ManualClock, retry, withTimeout, backoffDelayMs } from "./clock";
 export type { Clock, RetryOptions, TimeoutOptions } from "./clock";
-export { EngineError, ConfigMismatchError, RunDirectoryError, WorkspaceError } from "./errors";
+export { EngineError, ConfigMismatchError, RunDirectoryError, RunStorageError, WorkspaceError } from "./errors";

@@ -8,7 +8,7 @@ import type { SandboxRuntime } from "@proctor/sandbox";
 import { systemClock, type Clock } from "./clock";
 import { RunSummary, TrialResult, silentLogger, type AgentSpec, type Logger, type TaskSpec } from "@proctor/schema";
 import { buildRunConfig, describeConfigChanges } from "./config";
-import { ConfigMismatchError, EngineError, RunDirectoryError } from "./errors";
+import { ConfigMismatchError, EngineError, RunDirectoryError, RunStorageError } from "./errors";
 import { readRunConfig, SerialQueue, writeJsonAtomic } from "./store";
 import { trialIdOf } from "./ids";
 import { effectiveLimits, isolates, type RunLimits, type TrialEnvironment } from "./trial/context";
@@ -239,7 +239,9 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
         if (!next) return;
         try {
           const result = await runTrial(next.task, next.attempt, trialEnv, signal);
-          if (result) await record(result);
+          if (result) await record(result).catch((error: unknown) => {
+            throw new RunStorageError(runDir, error);
+          });
         } catch (error) {
           // Not a trial failure (those are results): the run directory or the engine broke.
           fatal ??= error;
@@ -273,7 +275,10 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     );
     bus.close();
     unsubscribeSink();
-    await Promise.all([sink.close(), resultsSink.close()]);
+    // A sink that failed already said so (the run's error); closing it must not replace that error.
+    await Promise.all([sink.close(), resultsSink.close()].map((closing) =>
+      closing.catch((error: unknown) => logger.error("closing a run file failed", { runId, error: error instanceof Error ? error.message : String(error) })),
+    ));
   }
 }
 

@@ -57,6 +57,8 @@ export class JsonlSink<T = unknown> {
     private readonly logger: Logger,
     /** The unterminated last line (a crash mid-write) removed on open, or null. */
     readonly repairedTail: string | null,
+    /** Bytes in the file that end with a complete line; a failed write is cut back to this. */
+    private size: number,
   ) {}
 
   /**
@@ -88,7 +90,7 @@ export class JsonlSink<T = unknown> {
           content: repaired,
         });
       }
-      return new JsonlSink<T>(path, handle, logger, repaired);
+      return new JsonlSink<T>(path, handle, logger, repaired, tailStart ?? size);
     } catch (error) {
       await handle.close().catch(() => undefined);
       throw new JsonlWriteError(`${path}: cannot prepare for appending: ${describe(error)}`, path, { cause: error });
@@ -164,7 +166,10 @@ export class JsonlSink<T = unknown> {
           const { bytesWritten } = await this.handle.write(chunk, offset, chunk.length - offset, null);
           offset += bytesWritten;
         }
+        this.size += chunk.length;
       } catch (error) {
+        // Never leave half a line behind (a full disk): cut back to the last complete line.
+        await this.handle.truncate(this.size).catch((cut: unknown) => this.logger.error("cutting a partial line failed", { path: this.path, error: describe(cut) }));
         this.fail(`writing ${count} line(s) failed`, error, count + this.pending.length);
         this.pending = [];
       }

@@ -10,3 +10,12 @@ export function daemonMessage(error: unknown): string {
   if (json && typeof json.message === "string") return json.message;
   return error instanceof Error ? error.message : String(error);
 }
+
+const CONNECTION_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "ENOENT", "ECONNABORTED", "ETIMEDOUT"]);
+
+/** The daemon could not be reached, or dropped the connection (it stopped or restarted). */
+export function isConnectionError(error: unknown): boolean {
+  const { code, syscall, message } = (error ?? {}) as NodeJS.ErrnoException;
+  if (typeof code === "string" && CONNECTION_CODES.has(code) && (code !== "ENOENT" || syscall === "connect")) return true;
+  return typeof message === "string" && /socket hang up|connect ECONNREFUSED/.test(message);
+}

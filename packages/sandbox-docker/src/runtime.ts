@@ -129,6 +129,13 @@ export class DockerRuntime implements SandboxRuntime {
     });
   }
 
+  async available(): Promise<boolean> {
+    return this.docker.ping().then(
+      () => true,
+      () => false,
+    );
+  }
+
   resolveImage(request: ImageRequest): Promise<string> {
     return this.guard(() => this.images.resolve(request));
   }

@@ -8,6 +8,7 @@ import * as tar from "tar";
 import { packDirectory, packFiles } from "@proctor/archive";
 import {
   OutputCollector,
+  RuntimeUnavailableError,
   SandboxClosedError,
   SandboxStoppedError,
   buildExecResult,
@@ -24,7 +25,7 @@ import {
   type SandboxProcess,
 } from "@proctor/sandbox";
 import type { Logger } from "@proctor/schema";
-import { daemonMessage, statusCode } from "./docker-errors";
+import { daemonMessage, isConnectionError, statusCode } from "./docker-errors";
 import { FrameDemuxer } from "./frames";
 import { EXEC_MARKER, KILL_TREE_SCRIPT } from "./kill-tree";
 import { extractBounded } from "./extract-bounded";
@@ -34,6 +35,8 @@ import { DOCKER_CAPABILITIES } from "./capabilities";
 import { TRUSTED_BUSYBOX } from "./toolchain";
 
 const DEFAULT_MAX_READ_BYTES = 10 * 1024 * 1024;
+/** How long a removal waits for a restarting daemon. */
+const DAEMON_RETURN_MS = 120_000;
 /** How long to wait for the output streams to close after the process tree was killed. */
 const KILL_GRACE_MS = 5000;
 
@@ -348,6 +351,11 @@ export class DockerSandbox implements Sandbox {
     } catch (error) {
       const code = statusCode(error);
       if (code === 404) return; // already gone
+      if (isConnectionError(error)) {
+        // The daemon is down (restarting): remove the container once it answers again.
+        this.background(this.removeWhenBack());
+        return;
+      }
       // 409: not running (exited, or being removed); anything else: let remove --force deal with it.
       if (code !== 409) {
         this.logger.debug("SIGKILL to the container failed; removing it at once", { id: this.id, error: daemonMessage(error) });
@@ -356,6 +364,31 @@ export class DockerSandbox implements Sandbox {
       }
     }
     this.background(this.remove());
+  }
+
+  /** Retries the removal while the daemon does not answer, for up to DAEMON_RETURN_MS. */
+  private async removeWhenBack(): Promise<void> {
+    const until = Date.now() + DAEMON_RETURN_MS;
+    for (;;) {
+      try {
+        return await this.remove();
+      } catch (error) {
+        if (!isConnectionError((error as { cause?: unknown }).cause ?? error) || Date.now() > until) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 1000));
+      }
+    }
+  }
+
+  /** Whether the container stopped because something outside it stopped it (docker stop, a daemon restart), not its own processes. */
+  async stoppedExternally(): Promise<boolean> {
+    try {
+      const info = await this.container.inspect();
+      // The keep-alive exits 0 only on SIGTERM (docker stop, daemon shutdown) or at its lifetime.
+      return !info.State.Running && info.State.ExitCode === 0 && !info.State.OOMKilled;
+    } catch (error) {
+      if (isConnectionError(error)) return true;
+      return statusCode(error) === 404; // removed from outside
+    }
   }
 
   private async remove(): Promise<void> {
@@ -393,6 +426,9 @@ export class DockerSandbox implements Sandbox {
   private failure(operation: string, error: unknown): SandboxError {
     if (error instanceof SandboxError) return error;
     if (this.closed) return new SandboxClosedError(`${operation}: sandbox ${this.id} was killed`, { cause: error });
+    if (isConnectionError(error)) {
+      return new RuntimeUnavailableError(`${operation}: the Docker daemon stopped answering (${daemonMessage(error)}); the trial is retried once it is back`, { cause: error });
+    }
     if ((error as { statusCode?: number }).statusCode === 409 && /is not running/.test(daemonMessage(error))) {
       return new SandboxStoppedError(`${operation}: container ${this.id} is no longer running (a process inside it ended its main process, or it ran out of memory)`, { cause: error });
     }

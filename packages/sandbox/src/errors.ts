@@ -52,3 +52,11 @@ export class OperationTimeoutError extends SandboxError {
     super(message, options);
   }
 }
+
+/**
+ * The sandbox was stopped or removed from outside (a daemon restart, `docker stop`), not by its
+ * own processes: an infra failure the engine retries in a fresh sandbox.
+ */
+export class SandboxLostError extends SandboxError {
+  override name = "SandboxLostError";
+}

@@ -3,7 +3,7 @@ export type {
 } from "./types";
 export { SANDBOX_PATHS, SANDBOX_PATH_ENV, LABELS } from "./types";
 export {
-  SandboxError, RuntimeUnavailableError, ImageError, SandboxStartError, SandboxStoppedError, SandboxClosedError, TransferError, OperationTimeoutError,
+  SandboxError, RuntimeUnavailableError, ImageError, SandboxStartError, SandboxStoppedError, SandboxLostError, SandboxClosedError, TransferError, OperationTimeoutError,
 } from "./errors";
 export { LocalRuntime, LocalSandbox, LOCAL_ROOT_PREFIX, DEFAULT_ENV_ALLOWLIST, LOCAL_CAPABILITIES } from "./local";
 export type { LocalRuntimeOptions } from "./local";

@@ -173,6 +173,8 @@ export interface Sandbox extends AsyncDisposable {
    * limit was reached); for a stopped sandbox, 1 when that is why it stopped.
    */
   outOfMemoryKills?(): Promise<number>;
+  /** For a stopped sandbox: true when something outside it stopped it (a daemon restart), not its own processes. */
+  stoppedExternally?(): Promise<boolean>;
 }
 
 export interface SandboxRuntime {
@@ -185,6 +187,8 @@ export interface SandboxRuntime {
   create(options: SandboxCreateOptions): Promise<Sandbox>;
   /** Remove sandboxes whose owner process is gone; returns how many were removed. */
   reap(): Promise<number>;
+  /** Whether the runtime's backend answers now (a restarting daemon does not). */
+  available?(): Promise<boolean>;
   /**
    * Optional. Wait until every sandbox this runtime killed is fully removed (a runtime may finish
    * removals in the background after kill() resolved) and remove any sandboxes it started ahead

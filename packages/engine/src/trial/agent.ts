@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import { AgentSetupError, RunFatalAgentError, type AgentContext, type AgentRunResult } from "@proctor/agents";
-import { SandboxError } from "@proctor/sandbox";
+import { RuntimeUnavailableError, SandboxError } from "@proctor/sandbox";
 import { effectiveLimits, message, throwIfAborted, type SandboxAttempt } from "./context";
 
 const DISK_POLL_MS = 5_000;
@@ -30,7 +30,8 @@ export async function runAgent(attempt: SandboxAttempt): Promise<void> {
   let result: AgentRunResult | null = null;
   const failed = (what: string) => (error: unknown) => {
     throwIfAborted(signal);
-    if (error instanceof RunFatalAgentError) throw error;
+    // A fatal agent error stops the run; a daemon that stopped answering retries the trial.
+    if (error instanceof RunFatalAgentError || error instanceof RuntimeUnavailableError) throw error;
     state.errors.push({ kind: error instanceof SandboxError && !disk.exceeded ? "infra" : "agent", message: `${what}: ${message(error)}` });
     return null;
   };

@@ -2,7 +2,7 @@ import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentError, RunFatalAgentError } from "@proctor/agents";
 import { isPass } from "@proctor/reward";
-import { ImageError, RuntimeUnavailableError, SandboxStartError, SandboxStoppedError, type Sandbox } from "@proctor/sandbox";
+import { ImageError, RuntimeUnavailableError, SandboxLostError, SandboxStartError, SandboxStoppedError, type Sandbox } from "@proctor/sandbox";
 import { retry } from "../clock";
 import type { Phase, TaskSpec, TrialError, TrialResult } from "@proctor/schema";
 import { WorkspaceError } from "../errors";
@@ -19,7 +19,18 @@ import { setUpWorkspace } from "./workspace";
 
 /** Infra errors that justify starting the trial again in a new sandbox. */
 export function isRetryableInfra(error: unknown): boolean {
-  return error instanceof ImageError || error instanceof SandboxStartError || error instanceof RuntimeUnavailableError;
+  return error instanceof ImageError || error instanceof SandboxStartError || error instanceof RuntimeUnavailableError || error instanceof SandboxLostError;
+}
+
+/** How long a retry waits for a runtime that stopped answering (a daemon restart) to come back. */
+const RUNTIME_RETURN_MS = 120_000;
+
+/** After the runtime dropped out, wait (bounded) until it answers again, so the retry is not wasted. */
+async function waitForRuntime(env: TrialEnvironment, signal: AbortSignal): Promise<void> {
+  const available = env.runtime.available?.bind(env.runtime);
+  if (!available) return;
+  const until = Date.now() + RUNTIME_RETURN_MS;
+  while (!signal.aborted && Date.now() < until && !(await available())) await env.clock.sleep(1000, signal).catch(() => undefined);
 }
 
 /** The whole-trial deadline passed; the trial ends as an infra error. */
@@ -80,7 +91,12 @@ export async function runTrial(task: TaskSpec, attempt: number, env: TrialEnviro
       async (n) => {
         retries = n - 1;
         env.emit({ type: "trial_started", trialId, taskId: task.id, data: { attempt, retry: retries } });
-        return await runAttempt(task, trialId, env, signal);
+        try {
+          return await runAttempt(task, trialId, env, signal);
+        } catch (error) {
+          if (error instanceof RuntimeUnavailableError || error instanceof SandboxLostError) await waitForRuntime(env, signal);
+          throw error;
+        }
       },
       {
         retries: env.maxInfraRetries,

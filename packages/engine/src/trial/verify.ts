@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { parseReward } from "@proctor/reward";
-import { CappedFile, SANDBOX_PATHS, SandboxStoppedError, type ExecOptions, type ExecResult, type Sandbox } from "@proctor/sandbox";
+import { CappedFile, RuntimeUnavailableError, SANDBOX_PATHS, SandboxLostError, SandboxStoppedError, type ExecOptions, type ExecResult, type Sandbox } from "@proctor/sandbox";
 import type { CheckResult, Integrity } from "@proctor/schema";
 import { findTampering } from "../integrity";
 import { CHECK_OUTPUT_BYTES, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, isolates, message, tail, throwIfAborted, type SandboxAttempt } from "./context";
@@ -34,7 +34,10 @@ const stoppedError = () =>
 const oomStoppedError = () => new SandboxStoppedError("out of memory: the sandbox was stopped at its memory limit during the agent's run, so nothing could be verified");
 
 /** Why the sandbox stopped, as precisely as the runtime can tell. */
-async function stopped(sandbox: Sandbox): Promise<SandboxStoppedError> {
+async function stopped(sandbox: Sandbox): Promise<SandboxStoppedError | SandboxLostError> {
+  if (await sandbox.stoppedExternally?.().catch(() => false)) {
+    return new SandboxLostError("the sandbox was stopped from outside (a daemon restart or docker stop) during the trial");
+  }
   const oom = await sandbox.outOfMemoryKills?.().catch(() => 0);
   return oom ? oomStoppedError() : stoppedError();
 }
@@ -63,7 +66,7 @@ export async function asStopped<T>(sandbox: Sandbox, signal: AbortSignal, run: (
   try {
     return await run();
   } catch (error) {
-    if (signal.aborted) throw error;
+    if (signal.aborted || error instanceof RuntimeUnavailableError) throw error;
     if (error instanceof SandboxStoppedError || (await stoppedForGood(sandbox))) throw await stopped(sandbox);
     throw error;
   }
