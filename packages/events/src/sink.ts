@@ -160,8 +160,8 @@ export class JsonlSink<T = unknown> {
       const chunk = Buffer.from(this.pending.join(""), "utf8");
       const count = this.pending.length;
       this.pending = [];
+      let offset = 0;
       try {
-        let offset = 0;
         while (offset < chunk.length) {
           const { bytesWritten } = await this.handle.write(chunk, offset, chunk.length - offset, null);
           offset += bytesWritten;
@@ -169,7 +169,7 @@ export class JsonlSink<T = unknown> {
         this.size += chunk.length;
       } catch (error) {
         // Never leave half a line behind (a full disk): cut back to the last complete line.
-        await this.handle.truncate(this.size).catch((cut: unknown) => this.logger.error("cutting a partial line failed", { path: this.path, error: describe(cut) }));
+        if (offset > 0) await this.handle.truncate(this.size).catch((cut: unknown) => this.logger.error("cutting a partial line failed", { path: this.path, error: describe(cut) }));
         this.fail(`writing ${count} line(s) failed`, error, count + this.pending.length);
         this.pending = [];
       }
