@@ -2,6 +2,10 @@ import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { catchError } from "../test/helpers";
 import { CONTENT_DIGEST_HEADER, contentDigestHeader, parseContentDigest } from "./content-digest";
+import { Keypair } from "./keys";
+import { checkHeaders, signRequest, verifySignature } from "./epistula";
+import { Allowlist } from "./allowlist";
+import { ReplayCache } from "./replay-cache";
 import { ContentDigestError } from "./errors";
 
 const hex = createHash("sha256").update("hello").digest("hex");
@@ -34,5 +38,14 @@ describe("Content-Digest (RFC 9530)", () => {
     expect(error).toMatchObject({ statusCode: 400, code: "bad_content_digest", header: CONTENT_DIGEST_HEADER });
     expect(error.message).toMatch(message);
     expect(error.message).toContain("Content-Digest");
+  });
+
+  it("signRequest({ contentDigest: true }) adds the header; a server verifies the signature from it alone", () => {
+    const keypair = Keypair.fromUri("//Alice");
+    const headers = signRequest({ keypair, body: "hello", contentDigest: true });
+    expect(headers["Content-Digest"]).toBe(contentDigestHeader(hex));
+    expect(signRequest({ keypair, body: "hello" })["Content-Digest"]).toBeUndefined();
+    const parsed = checkHeaders({ headers, allowlist: Allowlist.from([keypair.address]) });
+    expect(verifySignature(parsed, parseContentDigest(headers)!, new ReplayCache())).toEqual({ hotkey: keypair.address });
   });
 });

@@ -11,6 +11,7 @@ import {
   UnsupportedVersionError,
   WrongRecipientError,
 } from "./errors";
+import { contentDigestHeader, CONTENT_DIGEST_HEADER } from "./content-digest";
 import { HeaderReader, type HeadersInput } from "./headers";
 import type { Keypair } from "./keys";
 import type { ReplayStore } from "./replay-cache";
@@ -68,6 +69,11 @@ export interface SignRequestOptions {
   now?: number;
   /** Request id (default a random UUID v4); tests only. */
   uuid?: string;
+  /**
+   * Also return `Content-Digest: sha-256=:<base64>:` (RFC 9530) for the body, so a server can
+   * verify the signature before reading the body (required by Proctor's server for uploads).
+   */
+  contentDigest?: boolean;
 }
 
 /** Epistula v2 request headers, ready to merge into a fetch/undici request. */
@@ -75,7 +81,8 @@ export function signRequest(options: SignRequestOptions): Record<string, string>
   const timestamp = String(Math.trunc(options.now ?? Date.now()));
   const uuid = options.uuid ?? randomUUID();
   const signedFor = options.signedFor === "" ? undefined : options.signedFor;
-  const message = epistulaMessage(bodyHash(options.body), uuid, timestamp, signedFor);
+  const bodySha256 = bodyHash(options.body);
+  const message = epistulaMessage(bodySha256, uuid, timestamp, signedFor);
   const signature = options.keypair.sign(new TextEncoder().encode(message));
   const headers: Record<string, string> = {
     [H.version]: "2",
@@ -85,6 +92,7 @@ export function signRequest(options: SignRequestOptions): Record<string, string>
     [H.signature]: `0x${Buffer.from(signature).toString("hex")}`,
   };
   if (signedFor !== undefined) headers[H.signedFor] = signedFor;
+  if (options.contentDigest === true) headers[CONTENT_DIGEST_HEADER] = contentDigestHeader(bodySha256);
   return headers;
 }
 
