@@ -107,8 +107,8 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
   app.decorateRequest("proctorVerified", false);
   app.decorateRequest("contentDigest", null);
   app.decorateRequest("bodySha256", null);
-  const uploads = new UploadSlots(ctx.maxConcurrentUploads, ctx.maxConcurrentUploadsPerKey);
   app.decorateRequest("staged", null);
+  const uploads = new UploadSlots(ctx.maxConcurrentUploads, ctx.maxConcurrentUploadsPerKey);
 
   // Every body is read as raw bytes so the signature's hash covers exactly what was sent.
   app.removeAllContentTypeParsers();
@@ -145,16 +145,28 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
     }
     const identity = request.proctorIdentity ?? pending.identity;
     const release = uploads.acquire(principalKey(identity) ?? `ip:${request.ip}`, identity === null ? `client ${request.ip}` : identity);
-    // A stalled upload must not hold its slot forever: drop its connection after a silence.
+    // A stalled upload must not hold its slot forever: drop its connection after a silence
+    // while the body is arriving (not while a complete upload is being extracted).
     const socket = request.raw.socket;
     const onIdle = () => {
       ctx.logger.warn("upload stalled; dropping the connection", { identity, idleMs: ctx.uploadIdleTimeoutMs });
       socket.destroy();
     };
     socket.setTimeout(ctx.uploadIdleTimeoutMs, onIdle);
-    reply.raw.once("close", () => {
-      // Node sets the keep-alive timeout on the socket itself once the response is done.
+    let watching = true;
+    const stopWatching = () => {
+      if (!watching) return;
+      watching = false;
       socket.off("timeout", onIdle);
+      // Node sets its keep-alive timeout on the socket itself once the response is done.
+      if (!socket.destroyed) socket.setTimeout(0);
+    };
+    request.raw.once("end", stopWatching);
+    reply.raw.once("close", () => {
+      if (watching) {
+        watching = false;
+        socket.off("timeout", onIdle);
+      }
       release();
     });
   });
@@ -162,7 +174,9 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
   app.addHook("preHandler", async (request) => {
     if (request.proctorAuth === null) return;
     const actual = request.staged?.sha256 ?? request.bodySha256 ?? EMPTY_SHA256;
-    if (request.contentDigest !== null && actual !== request.contentDigest) throw contentDigestMismatch(request.staged?.bytes ?? 0);
+    if (request.contentDigest !== null && actual !== request.contentDigest) {
+      throw contentDigestMismatch(request.staged?.bytes ?? (Buffer.isBuffer(request.body) ? request.body.length : 0));
+    }
     if (!request.proctorVerified) {
       request.proctorIdentity = ctx.auth.verifyBody(request.proctorAuth, actual).identity;
       request.proctorVerified = true;
