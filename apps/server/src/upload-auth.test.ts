@@ -239,13 +239,13 @@ describe("upload caps", () => {
   });
 
   test("the idle timeout covers the body only, not the server's work after it (extraction, task loading)", async () => {
-    const server = await startTestServer(join(root, "idle-work"), { uploadIdleTimeoutMs: 200 });
+    const server = await startTestServer(join(root, "idle-work"), { uploadIdleTimeoutMs: 50 });
     try {
-      const archive = await makeArchive(root, { ...fixture, tasks: Array.from({ length: 40 }, (_, i) => ({ id: `t${i}` })) });
+      const archive = await makeArchive(root, { ...fixture, tasks: Array.from({ length: 150 }, (_, i) => ({ id: `t${i}` })) });
       const started = Date.now();
       const result = await uploadArchive({ server: server.url, archivePath: archive, keypair: ALICE, uploadRetries: 0 });
-      expect(result.total_tasks).toBe(40);
-      console.log(`upload with 40 tasks took ${Date.now() - started} ms`);
+      expect(result.total_tasks).toBe(150);
+      console.log(`upload with 150 tasks took ${Date.now() - started} ms`);
     } finally {
       await server.close();
     }
