@@ -54,7 +54,7 @@ export function parseContentDigest(headers: HeadersInput): string | null {
     if (eq <= 0) throw new ContentDigestError(CONTENT_DIGEST_HEADER, "is malformed: each member must be <algorithm>=:<base64>:");
     const algorithm = member.slice(0, eq).trim().toLowerCase();
     // Parameters (`;key=value`) after the byte sequence are allowed by RFC 8941 and ignored.
-    const value = member.slice(eq + 1).trim().split(";")[0]!.trim();
+    const value = member.slice(eq + 1).trim().split(";")[0]?.trim() ?? "";
     if (!/^[a-z][a-z0-9_\-.*]*$/.test(algorithm)) throw new ContentDigestError(CONTENT_DIGEST_HEADER, "is malformed: bad algorithm name");
     if (value.length < 2 || !value.startsWith(":") || !value.endsWith(":")) {
       throw new ContentDigestError(CONTENT_DIGEST_HEADER, `is malformed: the ${algorithm} value must be a byte sequence :<base64>:`);

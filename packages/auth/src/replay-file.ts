@@ -158,7 +158,7 @@ export class FileReplayCache implements ReplayStore {
       }
       const expiresAtMs = Number(match[1]);
       if (expiresAtMs < nowMs) expired += 1;
-      else this.#memory.restore(match[2]!, expiresAtMs);
+      else this.#memory.restore(match[2] ?? "", expiresAtMs);
     }
     return { live: this.#memory.size, expired, skipped };
   }
