@@ -13,8 +13,8 @@ const haveDocker = await dockerTestGate();
 const BUSYBOX = "proctor/busybox:latest";
 
 /**
- * A Docker daemon of the test's own (own socket, data and exec roots, no bridge), so restarting it
- * mid-run cannot disturb the suites that share the machine's daemon.
+ * A Docker daemon of the test's own (own socket, data and exec roots, network namespace, no
+ * bridge), so restarting it mid-run cannot disturb the suites that share the machine's daemon.
  */
 class PrivateDaemon {
   private process: ChildProcess | null = null;
@@ -25,9 +25,11 @@ class PrivateDaemon {
 
   async start(): Promise<void> {
     const log = openSync(join(this.dir, "dockerd.log"), "a");
+    // In a network namespace of its own: a daemon without a bridge deletes the host's docker0,
+    // which the machine's own daemon needs.
     this.process = spawn(
-      "dockerd",
-      ["--host", `unix://${this.socket}`, "--data-root", join(this.dir, "data"), "--exec-root", join(this.dir, "exec"), "--pidfile", join(this.dir, "docker.pid"), "--bridge", "none", "--iptables=false", "--ip-masq=false"],
+      "unshare",
+      ["--net", "--", "dockerd", "--host", `unix://${this.socket}`, "--data-root", join(this.dir, "data"), "--exec-root", join(this.dir, "exec"), "--pidfile", join(this.dir, "docker.pid"), "--bridge", "none", "--iptables=false", "--ip-masq=false"],
       { stdio: ["ignore", log, log] },
     );
     const docker = new Dockerode({ socketPath: this.socket });

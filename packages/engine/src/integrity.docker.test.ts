@@ -137,6 +137,23 @@ describe.skipIf(!haveDocker)("verification integrity on Docker (the agent is roo
     expect(service?.survivors.some((p) => p.command.includes("http.server") && p.ports.includes(8000))).toBe(true);
   }, 180_000);
 
+  test("no false positive: a solution that installs Debian packages (apt-get, as many Terminal-Bench solutions do) passes", async () => {
+    const dir = await writeTasks(join(root.path, "apt-tasks"), {
+      "apt-install": {
+        toml: "[agent]\ntimeout_sec = 300\n[verifier]\ntimeout_sec = 60\n[environment]\nallow_internet = true\n",
+        instruction: "Install jq.",
+        test: "mkdir -p /logs/verifier; if echo '{\"a\": 42}' | jq -e '.a == 42' >/dev/null; then echo 1; else echo 0; fi > /logs/verifier/reward.txt",
+        solve: "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq --no-install-recommends jq >/dev/null",
+      },
+    });
+    const loaded = await loadTasks([dir]);
+    const handle = run("apt", { tasks: loaded.tasks, agent: { kind: "oracle" } });
+    await handle.done;
+    const [result] = await readResultsFile(handle.runDir);
+    expect(result?.error).toBeNull();
+    expect(result).toMatchObject({ status: "passed", reward: 1, integrity: { tamperChecked: true, tampered: [] } });
+  }, 300_000);
+
   test.each(["conftest", "profile", "fake-bash", "sh-wrapper", "sitecustomize"])("%s: the trial is an agent error 'tampered', reward 0, in both verifier modes", async (name) => {
     const results = await attack(name, ["pytest-answer", "checks-answer"]);
     for (const id of ["pytest-answer", "checks-answer"]) {
