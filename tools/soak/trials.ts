@@ -1,7 +1,7 @@
 /**
  * tools/soak/trials.ts: many trials through one engine process on Docker, sampling what a leak
  * would grow: the process's RSS and heap, its open file descriptors, containers left with the
- * run's label, and proctor temp dirs. Prints one row per sample and exits non-zero on growth.
+ * run's label, and entries in its own temp dir. Prints one row per sample and exits non-zero on growth.
  *
  *   node --conditions=@proctor/source --import tsx tools/soak/trials.ts [--trials 1000] [--parallel 4] [--every 100]
  */
@@ -35,7 +35,7 @@ interface Sample {
   tempDirs: number;
 }
 
-const tempDirs = () => readdirSync(tmpdir()).filter((name) => name.startsWith("proctor")).length;
+const tempDirs = () => readdirSync(tmpdir()).length;
 const containers = (runId: string) => {
   const out = execFileSync("docker", ["ps", "-aq", "--filter", `label=proctor.run=${runId}`], { encoding: "utf8" }).trim();
   return out === "" ? 0 : out.split("\n").length;
@@ -54,6 +54,11 @@ function sample(done: number, runId: string): Sample {
 }
 
 const work = await mkdtemp(join(tmpdir(), "soak-trials-"));
+// Everything this process puts in the temp dir lands in a directory of its own, so other
+// processes on the machine do not count.
+const privateTmp = join(work, "tmp");
+await mkdir(privateTmp);
+process.env.TMPDIR = privateTmp;
 try {
   const taskDir = join(work, "tasks", "tiny");
   await mkdir(join(taskDir, "tests"), { recursive: true });
