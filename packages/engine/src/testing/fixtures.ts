@@ -100,7 +100,7 @@ sleep 30`;
  * Same, but the job leaves the agent's session and drops its environment, so neither a
  * process-group kill nor an env-marker sweep finds it: only a sandbox-wide kill stops it.
  */
-export const ESCAPER = `setsid env -i /bin/sh -c "sleep 3; touch '$PROCTOR_WORKDIR/done'" > /dev/null 2>&1 &
+export const ESCAPER = `setsid env -i /bin/sh -c "sleep 3; touch '$PROCTOR_WORKDIR/done'; sleep 60" > /dev/null 2>&1 &
 sleep 30`;
 
 export async function readResultsFile(runDir: string): Promise<TrialResult[]> {

@@ -87,6 +87,11 @@ export async function guardVerifier(attempt: SandboxAttempt): Promise<boolean> {
   state.integrity = integrity;
   const notes: string[] = [];
 
+  // Leftovers first, while the agent's time has only just ended.
+  if (!strict) {
+    if (caps.processes && sandbox.processes) integrity.survivors = await sandbox.processes();
+    else notes.push(`the ${sandbox.runtime} runtime cannot list the agent's leftover processes`);
+  }
   if (caps.changes && sandbox.changes) {
     integrity.tampered = await tamperedPaths(sandbox, task.verifier.allowChanges);
     integrity.tamperChecked = true;
@@ -110,10 +115,6 @@ export async function guardVerifier(attempt: SandboxAttempt): Promise<boolean> {
       integrity.note = notes.join("; ") || null;
       return false;
     }
-  } else if (caps.processes && sandbox.processes) {
-    integrity.survivors = await sandbox.processes();
-  } else {
-    notes.push(`the ${sandbox.runtime} runtime cannot list the agent's leftover processes`);
   }
   integrity.note = notes.join("; ") || null;
   return true;
