@@ -5,7 +5,7 @@ import type { Readable } from "node:stream";
 import { ArchiveError, LimitExceededError, extractArchive } from "@proctor/archive";
 import type { LimitName } from "@proctor/archive";
 import { AgentConfigError, resolveEntrypoint } from "@proctor/agents";
-import { startRun, writeJsonAtomic, type RunLimits } from "@proctor/engine";
+import { startRun, trialIdOf, writeJsonAtomic, type RunLimits } from "@proctor/engine";
 import type { EventBus } from "@proctor/events";
 import type { SandboxRuntime } from "@proctor/sandbox";
 import { TrialResult } from "@proctor/schema";
@@ -19,6 +19,9 @@ import type { StagedBody } from "./upload";
 import { consumeArchivePart } from "./upload";
 import { batchCompleteData, toWire } from "./wire";
 import type { BatchStatus, WireEnvelope } from "./wire";
+
+/** Server batches run each task once. */
+const BATCH_ATTEMPT = 1;
 
 export interface BatchManagerOptions {
   dataDir: string;
@@ -371,7 +374,7 @@ export class BatchManager {
     if (!task) throw new NotFoundError(`batch ${batchId} has no task ${JSON.stringify(taskId)}; list its tasks with GET /batch/${batchId}/tasks`);
     const base = batch.taskJson(task);
     if (task.status !== "completed") return { ...base, test_results: [], test_output: "", phases: [] };
-    const raw = await readJsonFile(join(batch.dir, BATCH_FILES.trials, trialIdOf(taskId), "result.json"));
+    const raw = await readJsonFile(join(batch.dir, BATCH_FILES.trials, trialIdOf(taskId, BATCH_ATTEMPT), "result.json"));
     const parsed = TrialResult.safeParse(raw);
     if (!parsed.success) return { ...base, test_results: [], test_output: "", phases: [] };
     const checks = parsed.data.checks ?? [];
@@ -519,7 +522,7 @@ export class BatchManager {
         agent: { kind: "code", dir: agentDir },
         runtime: this.options.runtime,
         concurrency: batch.record.concurrentTasks,
-        attempts: 1,
+        attempts: BATCH_ATTEMPT,
         defaultImage: this.options.defaultImage,
         ...(this.options.isolateVerifier !== undefined ? { isolateVerifier: this.options.isolateVerifier } : {}),
         limits: this.options.limits,
@@ -661,10 +664,6 @@ export class BatchManager {
   }
 }
 
-/** The server runs one attempt per task, so a task's trial id is fixed. */
-export function trialIdOf(taskId: string): string {
-  return `${taskId}__1`;
-}
 
 /**
  * Stream events.jsonl, giving each event its wire seq: a resumed run that numbered its events
