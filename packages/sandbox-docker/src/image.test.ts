@@ -8,7 +8,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { dockerTestGate } from "./gate";
 import { BUILD_REPOSITORY } from "./image";
 import { DockerRuntime } from "./runtime";
-import { BUSYBOX, testContainers } from "./test-helpers";
+import { BUSYBOX, testContainers, until } from "./test-helpers";
 
 const docker = new Dockerode();
 const run = await dockerTestGate(docker);
@@ -94,7 +94,7 @@ describe.skipIf(!run)("DockerRuntime.resolveImage", () => {
     expect(Date.now() - started).toBeLessThan(30_000);
     // The daemon cancelled the build too: its RUN container goes away well before the sleep ends.
     const building = async () => (await docker.listContainers({ all: true })).filter((c) => c.Command.includes("sleep 60"));
-    for (let i = 0; i < 50 && (await building()).length > 0; i++) await new Promise((r) => setTimeout(r, 200));
+    await until(async () => (await building()).length === 0, 20_000, 200);
     expect(await building()).toEqual([]);
   });
 

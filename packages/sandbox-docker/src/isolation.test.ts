@@ -4,21 +4,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dockerTestGate } from "./gate";
 import { DockerRuntime } from "./runtime";
 import { parseProcessListing } from "./processes";
-import { BUSYBOX, testContainers } from "./test-helpers";
+import { BUSYBOX, testContainers, until } from "./test-helpers";
 import { isStaticElf } from "./toolchain";
 
 const docker = new Dockerode();
 const run = await dockerTestGate(docker);
 const BASE = "proctor/base:bookworm";
-
-async function until(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
-  const end = Date.now() + timeoutMs;
-  while (Date.now() < end) {
-    if (await check()) return true;
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-  return check();
-}
 
 describe("parseProcessListing", () => {
   it("leaves out PID 1, the keep-alive, its children and the listing itself, whatever they are called", () => {
@@ -94,12 +85,13 @@ describe.skipIf(!run)("Docker sandbox isolation primitives", () => {
   });
 
   it("a sandbox stops by itself at the end of its lifetime, with nobody left to kill it", async () => {
-    const short = await runtime.create({ image: BUSYBOX, labels: tracked.labels, lifetimeMs: 1000 });
+    // 5 s of life: long enough that a loaded machine still sees it running right after create.
+    const short = await runtime.create({ image: BUSYBOX, labels: tracked.labels, lifetimeMs: 5000 });
     try {
       expect(await short.isRunning!()).toBe(true);
-      expect(await until(async () => !(await short.isRunning!()), 20_000)).toBe(true);
+      expect(await until(async () => !(await short.isRunning!()), 40_000, 200)).toBe(true);
     } finally {
       await short.kill();
     }
-  }, 30_000);
+  }, 60_000);
 });

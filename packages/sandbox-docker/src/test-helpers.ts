@@ -25,3 +25,16 @@ export function testContainers(docker: Dockerode, suite: string): TestContainers
 }
 
 export const BUSYBOX = "proctor/busybox:latest";
+
+/**
+ * Polls `check` until it holds or `timeoutMs` passes (checked once more at the end); returns
+ * whether it held. Tests wait for a state this way, never with a fixed sleep.
+ */
+export async function until(check: () => Promise<boolean>, timeoutMs: number, intervalMs = 50): Promise<boolean> {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    if (await check()) return true;
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+  return check();
+}

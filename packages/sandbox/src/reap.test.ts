@@ -25,6 +25,16 @@ function livePids(pattern: string): number[] {
     .map((m) => Number(m[1]));
 }
 
+/** Polls `check` until it holds or `timeoutMs` passes; returns whether it held. */
+async function waitFor(check: () => boolean, timeoutMs: number): Promise<boolean> {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    if (check()) return true;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return check();
+}
+
 it("reap removes the root of an owner killed with -9, and the processes it left", async () => {
   const child = spawn(
     process.execPath,
@@ -40,7 +50,8 @@ it("reap removes the root of an owner killed with -9, and the processes it left"
     });
     child.once("exit", (code) => reject(new Error(`owner child exited early with ${code}`)));
   });
-  expect(livePids("sleep 987660")).toHaveLength(1);
+  // The child prints the root on "started", just before its shell execs the sleep: wait for it.
+  expect(await waitFor(() => livePids("sleep 987660").length === 1, 20_000)).toBe(true);
 
   // A sandbox whose owner (this process) is alive must survive the reap.
   const runtime = new LocalRuntime({ rootDir });
@@ -54,7 +65,7 @@ it("reap removes the root of an owner killed with -9, and the processes it left"
 
   expect(await runtime.reap()).toBe(1);
   expect(existsSync(root)).toBe(false);
-  for (let i = 0; i < 50 && livePids("sleep 987660").length > 0; i++) await new Promise((r) => setTimeout(r, 100));
+  await waitFor(() => livePids("sleep 987660").length === 0, 20_000);
   expect(livePids("sleep 987660")).toEqual([]);
 
   expect(await runtime.reap()).toBe(0);
