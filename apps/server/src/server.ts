@@ -22,7 +22,7 @@ import type { RunLimits } from "@proctor/engine";
  * may exceed (maxima, refused before the batch starts). Uploads are untrusted code.
  */
 export const UPLOAD_LIMITS: RunLimits = Object.freeze({
-  defaults: { memoryMb: 4096, cpus: 2, pidsLimit: 1024, storageMb: 10_240 },
+  defaults: { memoryMb: 2048, cpus: 2, pidsLimit: 1024, storageMb: 5120 },
   max: { memoryMb: 16_384, cpus: 8, storageMb: 51_200 },
   logBytes: 50 * 1024 * 1024,
 });
