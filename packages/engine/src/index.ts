@@ -5,7 +5,7 @@ export { trialIdOf } from "./ids";
 export { CHECK_OUTPUT_BYTES } from "./trial/context";
 export type { TrialEnvironment, TrialLimits, RunLimits } from "./trial/context";
 export { findTampering } from "./integrity";
-export type { TamperProbe } from "./integrity";
+export type { TamperProbe, Tampering } from "./integrity";
 export { buildRunConfig, configHash, describeConfigChanges, hashDirectory } from "./config";
 export type { StoredRunConfig } from "./config";
 export { RepoCache, repoUrl } from "./workspace";

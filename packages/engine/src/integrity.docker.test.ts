@@ -64,6 +64,7 @@ cp /conftest.py /app/conftest.py`,
 printf '#!/usr/bin/real-sh\\n/usr/bin/real-sh "$@"; s=$?; mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; exit $s\\n' > /tmp/sh
 cat /tmp/sh > /usr/bin/sh.new && chmod +x /usr/bin/sh.new && mv /usr/bin/sh.new /usr/bin/sh`,
   sitecustomize: `d=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); mkdir -p "$d"; echo 'import os; os.makedirs("/logs/verifier", exist_ok=True); open("/logs/verifier/reward.txt", "w").write("1")' > "$d/sitecustomize.py"`,
+  pth: `d=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); mkdir -p "$d"; echo 'import os; exec("import atexit\\natexit.register(lambda: open(\\"/logs/verifier/reward.txt\\", \\"w\\").write(\\"1\\"))")' > "$d/zz-pass.pth"`,
   // Waits for the tests, then does the work after the agent's time is up.
   "late-fixer": HOPPERS('[ -e /tests/test.sh ] && echo 42 > /app/answer.txt'),
   // Rewrites the reward after the verifier wrote 0.
@@ -154,7 +155,15 @@ describe.skipIf(!haveDocker)("verification integrity on Docker (the agent is roo
     expect(result).toMatchObject({ status: "passed", reward: 1, integrity: { tamperChecked: true, tampered: [] } });
   }, 300_000);
 
-  test.each(["conftest", "profile", "fake-bash", "sh-wrapper", "sitecustomize"])("%s: the trial is an agent error 'tampered', reward 0, in both verifier modes", async (name) => {
+  test("exit 0 in /etc/profile.d gains nothing (the verifier runs no login shell); the change is reported", async () => {
+    const results = await attack("profile", ["pytest-answer", "checks-answer"]);
+    for (const id of ["pytest-answer", "checks-answer"]) {
+      expect(results[id], id).toMatchObject({ status: "failed", reward: 0, integrity: { tampered: [] } });
+      expect(results[id]?.integrity?.note, id).toMatch(/shell start-up files changed .*\/etc\/profile\.d\/zz-pass\.sh/);
+    }
+  }, 180_000);
+
+  test.each(["conftest", "fake-bash", "sh-wrapper", "sitecustomize", "pth"])("%s: the trial is an agent error 'tampered', reward 0, in both verifier modes", async (name) => {
     const results = await attack(name, ["pytest-answer", "checks-answer"]);
     for (const id of ["pytest-answer", "checks-answer"]) {
       const result = results[id];

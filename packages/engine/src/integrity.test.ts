@@ -17,7 +17,7 @@ const withParents = (changes: FileChange[]): FileChange[] => {
 };
 
 describe("findTampering", () => {
-  it("flags start-up files, conftest and sitecustomize anywhere but /tests", async () => {
+  it("flags start-up files, conftest and sitecustomize anywhere but /tests; shell profiles are only reported", async () => {
     const changes = withParents([
       added("/etc/profile.d/zz.sh"),
       modified("/root/.bashrc"),
@@ -28,10 +28,10 @@ describe("findTampering", () => {
       added("/pytest.ini"),
       added("/tests/conftest.py"),
     ]);
-    expect(await findTampering(changes, [], probe())).toEqual([
-      "/app/conftest.py", "/conftest.py", "/etc/ld.so.preload", "/etc/profile.d/zz.sh", "/pytest.ini", "/root/.bashrc",
-      "/usr/local/lib/python3.11/dist-packages/sitecustomize.py",
-    ]);
+    expect(await findTampering(changes, [], probe())).toEqual({
+      tampered: ["/app/conftest.py", "/conftest.py", "/etc/ld.so.preload", "/pytest.ini", "/usr/local/lib/python3.11/dist-packages/sitecustomize.py"],
+      profileChanges: ["/etc/profile.d/zz.sh", "/root/.bashrc"],
+    });
   });
 
   it("flags replaced shells, interpreters, libc and pytest, but not upgraded third-party packages", async () => {
@@ -44,7 +44,7 @@ describe("findTampering", () => {
       modified("/usr/local/lib/python3.11/dist-packages/numpy/__init__.py"),
       modified("/usr/lib/x86_64-linux-gnu/libssl.so.3"),
     ]);
-    expect(await findTampering(changes, [], probe())).toEqual([
+    expect((await findTampering(changes, [], probe())).tampered).toEqual([
       "/usr/bin/python3.11", "/usr/bin/sh", "/usr/lib/python3.11/subprocess.py", "/usr/lib/python3/dist-packages/_pytest/runner.py", "/usr/lib/x86_64-linux-gnu/libc.so.6",
     ]);
   });
@@ -59,24 +59,37 @@ describe("findTampering", () => {
       modified("/var/lib/dpkg/status"),
       modified("/etc/ld.so.cache"),
       added("/app/solution.py"),
+      added("/usr/local/lib/python3.11/dist-packages/distutils-precedence.pth"),
+      added("/usr/local/lib/python3.11/dist-packages/__editable__.mypkg-0.1.pth"),
+      modified("/root/.profile"),
     ]);
-    const files = { "/usr/local/lib/python3.11/dist-packages/requests-2.0.dist-info/entry_points.txt": "[console_scripts]\nx = y:z\n" };
-    expect(await findTampering(changes, [], probe([], files))).toEqual([]);
+    const files = {
+      "/usr/local/lib/python3.11/dist-packages/requests-2.0.dist-info/entry_points.txt": "[console_scripts]\nx = y:z\n",
+      "/usr/local/lib/python3.11/dist-packages/distutils-precedence.pth": "import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'local') == 'local'; enabled and __import__('_distutils_hack').add_shim(); \n",
+      "/usr/local/lib/python3.11/dist-packages/__editable__.mypkg-0.1.pth": "import __editable___mypkg_0_1_finder; __editable___mypkg_0_1_finder.install()\n",
+    };
+    expect((await findTampering(changes, [], probe([], files))).tampered).toEqual([]);
   });
 
   it("a new interpreter tampers only when it shadows one later on PATH", async () => {
     const changes = withParents([added("/usr/local/bin/bash"), added("/usr/local/bin/python3"), added("/usr/local/bin/node")]);
     const found = await findTampering(changes, [], probe(["/usr/bin/bash", "/usr/bin/python3"]));
-    expect(found).toEqual(["/usr/local/bin/bash", "/usr/local/bin/python3"]);
+    expect(found.tampered).toEqual(["/usr/local/bin/bash", "/usr/local/bin/python3"]);
   });
 
   it("a pytest plugin registered by the agent tampers", async () => {
     const path = "/usr/local/lib/python3.11/dist-packages/evil-1.0.dist-info/entry_points.txt";
-    expect(await findTampering(withParents([added(path)]), [], probe([], { [path]: "[pytest11]\nevil = evil\n" }))).toEqual([path]);
+    expect((await findTampering(withParents([added(path)]), [], probe([], { [path]: "[pytest11]\nevil = evil\n" }))).tampered).toEqual([path]);
+  });
+
+  it("a .pth file that runs code at every Python start tampers", async () => {
+    const path = "/usr/lib/python3/dist-packages/zz-evil.pth";
+    const files = { [path]: "import os; exec(open('/tmp/x').read())\n" };
+    expect((await findTampering(withParents([added(path)]), [], probe([], files))).tampered).toEqual([path]);
   });
 
   it("paths the task allows, and Proctor's own, are never flagged", async () => {
-    const changes = withParents([added("/etc/profile.d/app.sh"), added("/.proctor"), added("/usr/sbin/docker-init"), added("/logs/agent/x"), added("/etc/profile.d/other.sh")]);
-    expect(await findTampering(changes, ["/etc/profile.d/app.sh"], probe())).toEqual(["/etc/profile.d/other.sh"]);
+    const changes = withParents([added("/etc/ld.so.conf.d/app.conf"), added("/.proctor"), added("/usr/sbin/docker-init"), added("/logs/agent/x"), added("/etc/ld.so.conf.d/other.conf")]);
+    expect((await findTampering(changes, ["/etc/ld.so.conf.d/app.conf"], probe())).tampered).toEqual(["/etc/ld.so.conf.d/other.conf"]);
   });
 });

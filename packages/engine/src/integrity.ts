@@ -21,19 +21,9 @@ const BIN_DIRS = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", 
 /** Paths that are tampering when added, modified or deleted. */
 const START_UP_FILES = picomatch(
   [
-    "/etc/profile",
-    "/etc/profile.d/**",
-    "/etc/bash.bashrc",
-    "/etc/bashrc",
-    "/etc/environment",
     "/etc/ld.so.preload",
     "/etc/ld.so.conf",
     "/etc/ld.so.conf.d/**",
-    "/root/.bashrc",
-    "/root/.profile",
-    "/root/.bash_profile",
-    "/root/.bash_login",
-    "/root/.pythonrc*",
     "/etc/python*/**",
     "/*.{ini,cfg,toml}", // pytest.ini, tox.ini, setup.cfg, pyproject.toml at / configure pytest for /tests
     "**/sitecustomize.py",
@@ -42,6 +32,20 @@ const START_UP_FILES = picomatch(
   ],
   { dot: true },
 );
+
+/**
+ * Login-shell and interactive start-up files. The verifier never reads them (no login shell, no
+ * rc files), so changing them cannot rewire it; installers (rustup, nvm, conda) edit them, so
+ * they are reported, not counted as tampering.
+ */
+const SHELL_PROFILE_FILES = picomatch(
+  ["/etc/profile", "/etc/profile.d/**", "/etc/bash.bashrc", "/etc/bashrc", "/etc/environment", "/root/.bashrc", "/root/.profile", "/root/.bash_profile", "/root/.bash_login", "/root/.pythonrc*"],
+  { dot: true },
+);
+
+/** .pth files run their `import` lines at every Python start; these shapes are what installers write. */
+const PTH_FILES = picomatch(["/usr/{local/,}lib/python3*/{site,dist}-packages/*.pth"], { dot: true });
+const SUSPICIOUS_PTH = /^\s*import\b.*\b(exec|eval|compile|system|popen|subprocess|__import__|open|write|builtins|pytest|_pytest)\b/m;
 
 /** Existing files here must not be modified or deleted (new files may be added). */
 const RUNTIME_FILES = picomatch(
@@ -65,6 +69,13 @@ const OWN_PATHS = picomatch(["/.proctor", "/.proctor/**", "/usr/sbin/docker-init
 /** Files a pytest plugin registers itself in; read to see whether one was added. */
 const ENTRY_POINTS = picomatch(["**/*.dist-info/entry_points.txt", "**/*.egg-info/entry_points.txt"], { dot: true });
 
+export interface Tampering {
+  /** Paths whose change rewires the verifier: the trial is an `agent` error "tampered". */
+  tampered: string[];
+  /** Shell start-up files the agent changed; the verifier does not read them (reported only). */
+  profileChanges: string[];
+}
+
 export interface TamperProbe {
   /** Whether each sandbox path exists (a regular file or a link to one). */
   exists(paths: string[]): Promise<Set<string>>;
@@ -76,7 +87,7 @@ export interface TamperProbe {
  * The paths among `changes` (from the runtime, relative to the image) that rewire the verifier,
  * sorted. `allowed` are the task's globs of paths its agent may change.
  */
-export async function findTampering(changes: readonly FileChange[], allowed: readonly string[], probe: TamperProbe): Promise<string[]> {
+export async function findTampering(changes: readonly FileChange[], allowed: readonly string[], probe: TamperProbe): Promise<Tampering> {
   const isAllowed = allowed.length > 0 ? picomatch([...allowed], { dot: true }) : () => false;
   // Directories show up as "modified" whenever something inside them changed: keep the leaves.
   const parents = new Set<string>();
@@ -84,12 +95,22 @@ export async function findTampering(changes: readonly FileChange[], allowed: rea
   const found = new Set<string>();
   const shadowCandidates: string[] = [];
   const entryPoints: string[] = [];
+  const pthFiles: string[] = [];
+  const profileChanges: string[] = [];
   for (const change of changes) {
     const { path, kind } = change;
     if (OWN_PATHS(path) || isAllowed(path)) continue;
     if (kind === "modified" && parents.has(path)) continue;
     const dir = posix.dirname(path);
     const base = posix.basename(path);
+    if (SHELL_PROFILE_FILES(path)) {
+      profileChanges.push(path);
+      continue;
+    }
+    if (kind !== "deleted" && PTH_FILES(path)) {
+      pthFiles.push(path);
+      continue;
+    }
     if (START_UP_FILES(path)) {
       // conftest.py files that came with the image (a repo's) may change only by being listed as allowed.
       found.add(path);
@@ -122,5 +143,11 @@ export async function findTampering(changes: readonly FileChange[], allowed: rea
     const text = await probe.readText(path);
     if (text !== null && /^\s*\[pytest11\]\s*$/m.test(text)) found.add(path);
   }
-  return [...found].sort();
+  for (const path of pthFiles) {
+    const text = await probe.readText(path);
+    // setuptools' distutils shim and editable installs are what installers legitimately write.
+    const own = text?.split("\n").filter((line) => !/_distutils_hack|__editable__/.test(line)).join("\n");
+    if (own && SUSPICIOUS_PTH.test(own)) found.add(path);
+  }
+  return { tampered: [...found].sort(), profileChanges: profileChanges.sort() };
 }

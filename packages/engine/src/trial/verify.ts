@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { parseReward } from "@proctor/reward";
 import { CappedFile, RuntimeUnavailableError, SANDBOX_PATHS, SandboxLostError, SandboxStoppedError, type ExecOptions, type ExecResult, type Sandbox } from "@proctor/sandbox";
 import type { CheckResult, Integrity } from "@proctor/schema";
-import { findTampering } from "../integrity";
+import { findTampering, type Tampering } from "../integrity";
 import { CHECK_OUTPUT_BYTES, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, isolates, message, tail, throwIfAborted, type SandboxAttempt } from "./context";
 
 const REWARD_MAX_BYTES = 1024 * 1024;
@@ -93,8 +93,12 @@ export async function guardVerifier(attempt: SandboxAttempt): Promise<boolean> {
     else notes.push(`the ${sandbox.runtime} runtime cannot list the agent's leftover processes`);
   }
   if (caps.changes && sandbox.changes) {
-    integrity.tampered = await tamperedPaths(sandbox, task.verifier.allowChanges);
+    const found = await tamperedPaths(sandbox, task.verifier.allowChanges);
+    integrity.tampered = found.tampered;
     integrity.tamperChecked = true;
+    if (found.profileChanges.length > 0) {
+      notes.push(`shell start-up files changed (the verifier does not read them): ${found.profileChanges.slice(0, 10).join(", ")}`);
+    }
   } else {
     notes.push(`the ${sandbox.runtime} runtime cannot compare the sandbox's files with its image, so tampering with the verifier's tools was not checked`);
   }
@@ -120,7 +124,7 @@ export async function guardVerifier(attempt: SandboxAttempt): Promise<boolean> {
   return true;
 }
 
-async function tamperedPaths(sandbox: Sandbox, allowed: readonly string[]): Promise<string[]> {
+async function tamperedPaths(sandbox: Sandbox, allowed: readonly string[]): Promise<Tampering> {
   const changes = await (sandbox.changes as () => ReturnType<NonNullable<Sandbox["changes"]>>).call(sandbox);
   return findTampering(changes, allowed, {
     exists: async (paths) => {
