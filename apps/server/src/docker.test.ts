@@ -1,10 +1,9 @@
 import { execFileSync } from "node:child_process";
-import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { DockerRuntime, dockerTestGate } from "@proctor/sandbox-docker";
-import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { describe, expect, test } from "vitest";
 import { submitBatch, uploadArchive } from "./client";
-import { ALICE, call, makeArchive, makeGitRepo, startTestServer, tempDir, waitForStatus } from "./test-support";
+import { ALICE, call, makeArchive, startTestServer, waitForStatus, useGitFixture } from "./test-support";
 
 const run = await dockerTestGate();
 
@@ -14,23 +13,15 @@ function containersOf(batchId: string): string[] {
 }
 
 describe.skipIf(!run)("on docker", () => {
-  let root: string;
-  let fixture: { repo: string; commit: string };
-  beforeAll(async () => {
-    root = await tempDir();
-    fixture = await makeGitRepo(root);
-  });
-  afterAll(async () => {
-    await rm(root, { recursive: true, force: true });
-  });
+  const fixture = useGitFixture();
 
   test("a batch runs in containers and leaves none behind, also when the server shuts down mid-batch", async () => {
-    const dataDir = join(root, "data");
+    const dataDir = join(fixture.root, "data");
     const options = { runtime: new DockerRuntime(), defaultImage: "proctor/base:bookworm" };
     const server = await startTestServer(dataDir, options);
     let stopped = false;
     try {
-      const archive = await makeArchive(root, {
+      const archive = await makeArchive(fixture.root, {
         ...fixture,
         tasks: [{ id: "in-docker", check: "#!/bin/bash\ntest -f done.txt && test -f /.dockerenv\n" }, { id: "fails", check: "#!/bin/bash\nexit 1\n" }],
       });
@@ -39,7 +30,7 @@ describe.skipIf(!run)("on docker", () => {
       expect((await call(server.url, "GET", `/batch/${final.batch_id}/task/in-docker`)).body.test_results[0]).toMatchObject({ passed: true, exit_code: 0 });
       expect(containersOf(final.batch_id)).toEqual([]);
 
-      const slow = await makeArchive(root, { ...fixture, tasks: [{ id: "sleepy" }], agentScript: "#!/bin/bash\nsleep 30\n" });
+      const slow = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "sleepy" }], agentScript: "#!/bin/bash\nsleep 30\n" });
       const batch = await uploadArchive({ server: server.url, archivePath: slow, keypair: ALICE });
       const deadline = Date.now() + 60_000;
       while (containersOf(batch.batch_id).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));

@@ -1,29 +1,20 @@
-import { readFile, rm } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { Keypair, encodeAddress, hashToken } from "@proctor/auth";
-import { afterAll, beforeAll, expect, test } from "vitest";
+import { expect, test } from "vitest";
 import { uploadArchive } from "./client";
-import { ALICE, BOB, call, collectWs, makeArchive, makeGitRepo, startTestServer, tempDir } from "./test-support";
+import { ALICE, BOB, call, collectWs, makeArchive, startTestServer, useGitFixture } from "./test-support";
 
 const CHARLIE = Keypair.fromUri("//Charlie");
-let root: string;
-let fixture: { repo: string; commit: string };
-
-beforeAll(async () => {
-  root = await tempDir();
-  fixture = await makeGitRepo(root);
-});
-afterAll(async () => {
-  await rm(root, { recursive: true, force: true });
-});
+const fixture = useGitFixture();
 
 test("a batch belongs to the hotkey that submitted it: others get 404 everywhere, admins see all, also after a restart", async () => {
-  const dataDir = join(root, "owners");
+  const dataDir = join(fixture.root, "owners");
   const options = { hotkeys: [ALICE.address, BOB.address], adminHotkeys: [CHARLIE.address] };
   let server = await startTestServer(dataDir, options);
   try {
-    const slow = await makeArchive(root, { ...fixture, tasks: [{ id: "t" }], agentScript: "#!/bin/bash\nsleep 30\necho ok > done.txt\n" });
-    const quick = await makeArchive(root, { ...fixture, tasks: [{ id: "q" }] });
+    const slow = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "t" }], agentScript: "#!/bin/bash\nsleep 30\necho ok > done.txt\n" });
+    const quick = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "q" }] });
     const alices = await uploadArchive({ server: server.url, archivePath: slow, keypair: ALICE });
     const bobs = await uploadArchive({ server: server.url, archivePath: quick, keypair: BOB });
     const a = alices.batch_id;
@@ -80,9 +71,9 @@ test("token mode: each token sees its own batches; an admin token id sees all", 
   const one = "first-token-0123456789abcdef";
   const two = "second-token-0123456789abcdef";
   const boss = "admin-token-0123456789abcdef";
-  const server = await startTestServer(join(root, "tokens"), { auth: "token", tokens: [one, two, boss], adminHotkeys: [`token:${hashToken(boss).slice("sha256:".length, "sha256:".length + 12)}`] });
+  const server = await startTestServer(join(fixture.root, "tokens"), { auth: "token", tokens: [one, two, boss], adminHotkeys: [`token:${hashToken(boss).slice("sha256:".length, "sha256:".length + 12)}`] });
   try {
-    const archive = await makeArchive(root, { ...fixture, tasks: [{ id: "t" }] });
+    const archive = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "t" }] });
     const mine = await uploadArchive({ server: server.url, archivePath: archive, token: one });
     expect((await call(server.url, "GET", `/batch/${mine.batch_id}`, { token: one })).status).toBe(200);
     expect((await call(server.url, "GET", `/batch/${mine.batch_id}`, { token: two })).status).toBe(404);

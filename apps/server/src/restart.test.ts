@@ -1,25 +1,16 @@
 import { spawn } from "node:child_process";
-import { readFile, readdir, rm, writeFile } from "node:fs/promises";
+import { readFile, readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { createHash } from "node:crypto";
 import { contentDigestHeader, signRequest } from "@proctor/auth";
 import { request } from "undici";
-import { afterAll, beforeAll, expect, test } from "vitest";
+import { expect, test } from "vitest";
 import { uploadArchive } from "./client";
-import { ALICE, call, collectWs, makeArchive, makeGitRepo, startTestServer, tempDir, waitForStatus } from "./test-support";
+import { ALICE, call, collectWs, makeArchive, startTestServer, waitForStatus, useGitFixture } from "./test-support";
 
-let root: string;
-let fixture: { repo: string; commit: string };
-
-beforeAll(async () => {
-  root = await tempDir();
-  fixture = await makeGitRepo(root);
-});
-afterAll(async () => {
-  await rm(root, { recursive: true, force: true });
-});
+const fixture = useGitFixture();
 
 /** The server in a child process, so the test can kill -9 it. */
 async function spawnServer(dataDir: string): Promise<{ url: string; kill(): Promise<void> }> {
@@ -46,16 +37,16 @@ async function spawnServer(dataDir: string): Promise<{ url: string; kill(): Prom
 }
 
 test("after a kill -9, finished batches are listed and an interrupted one resumes without rerunning finished tasks", async () => {
-  const dataDir = join(root, "data");
-  const log = join(root, "agent-runs.log");
+  const dataDir = join(fixture.root, "data");
+  const log = join(fixture.root, "agent-runs.log");
   const child = await spawnServer(dataDir);
   let done: Awaited<ReturnType<typeof startTestServer>> | null = null;
   try {
-    const quick = await makeArchive(root, { ...fixture, tasks: [{ id: "quick" }] });
+    const quick = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "quick" }] });
     const first = await uploadArchive({ server: child.url, archivePath: quick, keypair: ALICE });
     await waitForStatus(child.url, first.batch_id, ["completed"]);
 
-    const slow = await makeArchive(root, {
+    const slow = await makeArchive(fixture.root, {
       ...fixture,
       tasks: ["t1", "t2", "t3", "t4"].map((id) => ({ id })),
       agentScript: `#!/bin/bash\necho "$PROCTOR_INSTRUCTION" >> ${log}\nsleep 0.6\necho ok > done.txt\n`,
@@ -108,9 +99,9 @@ test("after a kill -9, finished batches are listed and an interrupted one resume
 });
 
 test("close() interrupts a running batch, which resumes on the next start", async () => {
-  const dataDir = join(root, "graceful");
+  const dataDir = join(fixture.root, "graceful");
   const first = await startTestServer(dataDir);
-  const archive = await makeArchive(root, {
+  const archive = await makeArchive(fixture.root, {
     ...fixture,
     tasks: ["g1", "g2", "g3"].map((id) => ({ id })),
     agentScript: "#!/bin/bash\nsleep 0.5\necho ok > done.txt\n",
@@ -133,9 +124,9 @@ test("close() interrupts a running batch, which resumes on the next start", asyn
 });
 
 test("retentionDays deletes finished batches older than that on start, and keeps newer ones", async () => {
-  const dataDir = join(root, "retention");
+  const dataDir = join(fixture.root, "retention");
   const first = await startTestServer(dataDir);
-  const archive = await makeArchive(root, { ...fixture, tasks: [{ id: "r" }] });
+  const archive = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "r" }] });
   const old = await uploadArchive({ server: first.url, archivePath: archive, keypair: ALICE });
   await waitForStatus(first.url, old.batch_id, ["completed"]);
   const recent = await uploadArchive({ server: first.url, archivePath: archive, keypair: ALICE });
@@ -157,8 +148,8 @@ test("retentionDays deletes finished batches older than that on start, and keeps
 });
 
 test("the replay cache survives a kill -9: a signed submit (and GET) replayed after the restart is refused", async () => {
-  const dataDir = join(root, "replay");
-  const archive = await makeArchive(root, { ...fixture, tasks: [{ id: "once" }] });
+  const dataDir = join(fixture.root, "replay");
+  const archive = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "once" }] });
   const head = Buffer.from('--x\r\nContent-Disposition: form-data; name="archive"; filename="a.tar.gz"\r\nContent-Type: application/octet-stream\r\n\r\n');
   const body = Buffer.concat([head, await readFile(archive), Buffer.from("\r\n--x--\r\n")]);
   const digest = createHash("sha256").update(body).digest("hex");

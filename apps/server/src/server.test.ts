@@ -1,29 +1,20 @@
-import { readdir, rm, writeFile } from "node:fs/promises";
+import { readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
-import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { describe, expect, test } from "vitest";
 import { submitBatch, uploadArchive } from "./client";
 import { ClientError } from "./errors";
 import type { WireEnvelope } from "./wire";
-import { ALICE, call, makeArchive, makeGitRepo, startTestServer, tempDir, waitForStatus } from "./test-support";
+import { ALICE, call, makeArchive, startTestServer, waitForStatus, useGitFixture } from "./test-support";
 
-let root: string;
-let fixture: { repo: string; commit: string };
-
-beforeAll(async () => {
-  root = await tempDir();
-  fixture = await makeGitRepo(root);
-});
-afterAll(async () => {
-  await rm(root, { recursive: true, force: true });
-});
+const fixture = useGitFixture();
 
 describe("a batch end to end", () => {
   test("submit, stream events, read results with per-check detail; agent code is never returned", async () => {
-    const dataDir = join(root, "e2e");
+    const dataDir = join(fixture.root, "e2e");
     const server = await startTestServer(dataDir);
     try {
-      const archive = await makeArchive(root, {
+      const archive = await makeArchive(fixture.root, {
         ...fixture,
         layout: "nested",
         tasks: [
@@ -95,11 +86,11 @@ describe("a batch end to end", () => {
   });
 
   test("a second batch queues behind the first, a full queue is a 429, cancel stops a queued batch", async () => {
-    const dataDir = join(root, "queue");
+    const dataDir = join(fixture.root, "queue");
     const server = await startTestServer(dataDir, { maxActiveBatches: 1, maxQueuedBatches: 1 });
     try {
-      const slow = await makeArchive(root, { ...fixture, tasks: [{ id: "slow" }], agentScript: "#!/bin/bash\nsleep 1.5\necho ok > done.txt\n" });
-      const quick = await makeArchive(root, { ...fixture, tasks: [{ id: "quick" }] });
+      const slow = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "slow" }], agentScript: "#!/bin/bash\nsleep 1.5\necho ok > done.txt\n" });
+      const quick = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "quick" }] });
       const first = await uploadArchive({ server: server.url, archivePath: slow, keypair: ALICE });
       const second = await uploadArchive({ server: server.url, archivePath: quick, keypair: ALICE });
       const queued = await call(server.url, "GET", `/batch/${second.batch_id}`);
@@ -130,21 +121,21 @@ describe("a batch end to end", () => {
 
 describe("bad input", () => {
   test("bad archives are 400, oversized uploads 413, and nothing is left on disk", async () => {
-    const dataDir = join(root, "bad");
+    const dataDir = join(fixture.root, "bad");
     const server = await startTestServer(dataDir, { maxUploadBytes: 64 * 1024 });
     try {
-      const notArchive = join(root, "garbage.tar.gz");
+      const notArchive = join(fixture.root, "garbage.tar.gz");
       await writeFile(notArchive, "this is not an archive at all");
-      const noAgent = await makeArchive(root, { ...fixture, tasks: [{ id: "t" }] });
-      const noAgentTree = join(root, "noagent");
+      const noAgent = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "t" }] });
+      const noAgentTree = join(fixture.root, "noagent");
       const tar = await import("tar");
       const { mkdir } = await import("node:fs/promises");
       await mkdir(join(noAgentTree, "tasks", "t"), { recursive: true });
       await writeFile(join(noAgentTree, "tasks", "t", "prompt.md"), "x\n");
-      const missingYaml = join(root, "missing-yaml.tar.gz");
+      const missingYaml = join(fixture.root, "missing-yaml.tar.gz");
       await tar.create({ gzip: true, file: missingYaml, cwd: noAgentTree }, ["tasks"]);
-      const big = join(root, "big.tar");
-      const bigTree = join(root, "bigtree");
+      const big = join(fixture.root, "big.tar");
+      const bigTree = join(fixture.root, "bigtree");
       await mkdir(bigTree, { recursive: true });
       await writeFile(join(bigTree, "blob.bin"), randomBytes(256 * 1024));
       await tar.create({ file: big, cwd: bigTree }, ["blob.bin"]);

@@ -1,24 +1,15 @@
 import { createHash } from "node:crypto";
-import { readdir, rm } from "node:fs/promises";
+import { readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { Keypair, contentDigestHeader, signRequest } from "@proctor/auth";
 import { request } from "undici";
-import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { describe, expect, test } from "vitest";
 import { uploadArchive } from "./client";
 import type { ClientError } from "./errors";
-import { ALICE, BOB, call, makeArchive, makeGitRepo, startTestServer, tempDir } from "./test-support";
+import { ALICE, BOB, call, makeArchive, startTestServer, useGitFixture } from "./test-support";
 
-let root: string;
-let fixture: { repo: string; commit: string };
-
-beforeAll(async () => {
-  root = await tempDir();
-  fixture = await makeGitRepo(root);
-});
-afterAll(async () => {
-  await rm(root, { recursive: true, force: true });
-});
+const fixture = useGitFixture();
 
 const MiB = 1024 * 1024;
 
@@ -41,7 +32,7 @@ function generatedBody(total: number): { body: Readable; sent: () => number } {
 
 describe("uploads: signature checked from the headers (Content-Digest) before the body", () => {
   test("a forged 500 MB upload by an allowlisted hotkey is refused with 401 after < 1 MB was read", async () => {
-    const server = await startTestServer(join(root, "forged"));
+    const server = await startTestServer(join(fixture.root, "forged"));
     const reads: number[] = [];
     server.httpServer.on("connection", (socket) => socket.once("close", () => reads.push(socket.bytesRead)));
     try {
@@ -66,14 +57,14 @@ describe("uploads: signature checked from the headers (Content-Digest) before th
       const bytesRead = reads[0] ?? Number.NaN;
       console.log(`forged 500 MB upload: server read ${bytesRead} bytes (headers included), client generated ${sent()} bytes, 401 after ${elapsedMs} ms`);
       expect(bytesRead).toBeLessThan(MiB);
-      expect(await readdir(join(root, "forged", "staging"))).toEqual([]);
+      expect(await readdir(join(fixture.root, "forged", "staging"))).toEqual([]);
     } finally {
       await server.close();
     }
   });
 
   test("a body that does not match its Content-Digest is a 400 naming the header; nothing is kept", async () => {
-    const dataDir = join(root, "mismatch");
+    const dataDir = join(fixture.root, "mismatch");
     const server = await startTestServer(dataDir);
     try {
       const meant = Buffer.from("--x\r\nContent-Disposition: form-data; name=\"archive\"; filename=\"a.tar.gz\"\r\n\r\nmeant\r\n--x--\r\n");
@@ -103,14 +94,14 @@ describe("uploads: signature checked from the headers (Content-Digest) before th
   });
 
   test("an upload without Content-Digest is a 400 asking for it, unless the staged mode is enabled", async () => {
-    const archive = await makeArchive(root, { ...fixture, tasks: [{ id: "t" }] });
+    const archive = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "t" }] });
     const body = Buffer.from(`--x\r\nContent-Disposition: form-data; name="archive"; filename="a.tar.gz"\r\nContent-Type: application/octet-stream\r\n\r\n`);
     const { readFile } = await import("node:fs/promises");
     const full = Buffer.concat([body, await readFile(archive), Buffer.from("\r\n--x--\r\n")]);
     const send = (url: string, keypair = ALICE) =>
       request(new URL("/submit", url), { method: "POST", headers: { ...signRequest({ keypair, body: full }), "content-type": "multipart/form-data; boundary=x" }, body: full });
 
-    const strict = await startTestServer(join(root, "strict"));
+    const strict = await startTestServer(join(fixture.root, "strict"));
     try {
       const response = await send(strict.url);
       expect(response.statusCode).toBe(400);
@@ -123,7 +114,7 @@ describe("uploads: signature checked from the headers (Content-Digest) before th
       await strict.close();
     }
 
-    const staged = await startTestServer(join(root, "staged"), { allowUndigestedUploads: true, hotkeys: [ALICE.address, BOB.address] });
+    const staged = await startTestServer(join(fixture.root, "staged"), { allowUndigestedUploads: true, hotkeys: [ALICE.address, BOB.address] });
     try {
       const ok = await send(staged.url);
       expect(ok.statusCode).toBe(202);
@@ -166,7 +157,7 @@ describe("upload caps", () => {
   }
 
   test("per hotkey (429) and in total (503), with Retry-After; a finished upload frees its slot", async () => {
-    const server = await startTestServer(join(root, "caps"), { hotkeys: [ALICE.address, BOB.address, CHARLIE.address], maxConcurrentUploads: 2, maxConcurrentUploadsPerKey: 1 });
+    const server = await startTestServer(join(fixture.root, "caps"), { hotkeys: [ALICE.address, BOB.address, CHARLIE.address], maxConcurrentUploads: 2, maxConcurrentUploadsPerKey: 1 });
     try {
       const first = slowUpload(server.url, ALICE);
       first.answer.catch(() => undefined);
@@ -176,7 +167,7 @@ describe("upload caps", () => {
       expect(again.retryAfter).toMatch(/^\d+$/);
       expect(again.body).toEqual({ error: "too_many_uploads", message: expect.stringMatching(/1 upload\(s\) in progress.*--max-uploads-per-key 1/) });
       // The client reports the cap (with Retry-After) when it may not retry...
-      const archive = await makeArchive(root, { ...fixture, tasks: [{ id: "t" }] });
+      const archive = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "t" }] });
       const refused = (await uploadArchive({ server: server.url, archivePath: archive, keypair: ALICE, uploadRetries: 0 }).catch((e: unknown) => e)) as ClientError;
       expect(refused).toMatchObject({ statusCode: 429, code: "too_many_uploads", retryAfterSec: expect.any(Number) });
       // ...and otherwise waits and retries, re-signed (here the slot frees while it waits).
@@ -220,7 +211,7 @@ describe("upload caps", () => {
   });
 
   test("a stalled upload is dropped after the idle timeout and frees its slot", async () => {
-    const server = await startTestServer(join(root, "idle"), { maxConcurrentUploadsPerKey: 1, uploadIdleTimeoutMs: 500 });
+    const server = await startTestServer(join(fixture.root, "idle"), { maxConcurrentUploadsPerKey: 1, uploadIdleTimeoutMs: 500 });
     try {
       const stalled = slowUpload(server.url, ALICE);
       const outcome = stalled.answer.then(
@@ -230,7 +221,7 @@ describe("upload caps", () => {
       await new Promise((r) => setTimeout(r, 200));
       expect((await slowUpload(server.url, ALICE).answer).status).toBe(429);
       expect(await outcome).not.toBe(202);
-      const archive = await makeArchive(root, { ...fixture, tasks: [{ id: "t" }] });
+      const archive = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "t" }] });
       expect((await uploadArchive({ server: server.url, archivePath: archive, keypair: ALICE, uploadRetries: 0 })).total_tasks).toBe(1);
       expect(server.logger.lines.join("\n")).toMatch(/upload stalled/);
     } finally {
@@ -239,9 +230,9 @@ describe("upload caps", () => {
   });
 
   test("the idle timeout covers the body only, not the server's work after it (extraction, task loading)", async () => {
-    const server = await startTestServer(join(root, "idle-work"), { uploadIdleTimeoutMs: 50 });
+    const server = await startTestServer(join(fixture.root, "idle-work"), { uploadIdleTimeoutMs: 50 });
     try {
-      const archive = await makeArchive(root, { ...fixture, tasks: Array.from({ length: 150 }, (_, i) => ({ id: `t${i}` })) });
+      const archive = await makeArchive(fixture.root, { ...fixture, tasks: Array.from({ length: 150 }, (_, i) => ({ id: `t${i}` })) });
       const started = Date.now();
       const result = await uploadArchive({ server: server.url, archivePath: archive, keypair: ALICE, uploadRetries: 0 });
       expect(result.total_tasks).toBe(150);

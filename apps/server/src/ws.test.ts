@@ -1,35 +1,26 @@
-import { rm, writeFile } from "node:fs/promises";
+import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { describe, expect, test } from "vitest";
 import { uploadArchive } from "./client";
 import type { WireEnvelope } from "./wire";
-import { ALICE, collectWs, makeArchive, makeGitRepo, startTestServer, tempDir, waitForStatus } from "./test-support";
+import { ALICE, collectWs, makeArchive, startTestServer, waitForStatus, useGitFixture } from "./test-support";
 
-let root: string;
-let fixture: { repo: string; commit: string };
-
-beforeAll(async () => {
-  root = await tempDir();
-  fixture = await makeGitRepo(root);
-});
-afterAll(async () => {
-  await rm(root, { recursive: true, force: true });
-});
+const fixture = useGitFixture();
 
 const seqs = (messages: WireEnvelope[]) => messages.filter((m) => m.event !== "snapshot").map((m) => `${m.seq}:${m.event}:${m.task_id ?? ""}`);
 
 describe("websocket", () => {
   test("200 clients on one batch all see every event, in order, then a final snapshot and a normal close", async () => {
-    const server = await startTestServer(join(root, "many"), { maxActiveBatches: 1 });
+    const server = await startTestServer(join(fixture.root, "many"), { maxActiveBatches: 1 });
     try {
       // The blocker holds the only batch slot until every client is connected.
-      const go = join(root, "go");
-      const blocker = await makeArchive(root, {
+      const go = join(fixture.root, "go");
+      const blocker = await makeArchive(fixture.root, {
         ...fixture,
         tasks: [{ id: "blocker" }],
         agentScript: `#!/bin/bash\nwhile [ ! -f ${go} ]; do sleep 0.05; done\necho ok > done.txt\n`,
       });
-      const watched = await makeArchive(root, { ...fixture, tasks: ["a", "b", "c", "d"].map((id) => ({ id })) });
+      const watched = await makeArchive(fixture.root, { ...fixture, tasks: ["a", "b", "c", "d"].map((id) => ({ id })) });
       await uploadArchive({ server: server.url, archivePath: blocker, keypair: ALICE });
       const batch = await uploadArchive({ server: server.url, archivePath: watched, keypair: ALICE, concurrentTasks: 2 });
       const clients = Array.from({ length: 200 }, () => collectWs(server.url, batch.batch_id));
@@ -59,9 +50,9 @@ describe("websocket", () => {
   });
 
   test("since=<seq> replays only what came after it; a finished batch closes after its snapshot", async () => {
-    const server = await startTestServer(join(root, "since"));
+    const server = await startTestServer(join(fixture.root, "since"));
     try {
-      const archive = await makeArchive(root, { ...fixture, tasks: [{ id: "x" }, { id: "y" }] });
+      const archive = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "x" }, { id: "y" }] });
       const batch = await uploadArchive({ server: server.url, archivePath: archive, keypair: ALICE });
       await waitForStatus(server.url, batch.batch_id, ["completed"]);
       const all = collectWs(server.url, batch.batch_id, { since: 0 });
