@@ -3,7 +3,8 @@ import { join } from "node:path";
 import { DockerRuntime, dockerTestGate } from "@proctor/sandbox-docker";
 import { describe, expect, test } from "vitest";
 import { submitBatch, uploadArchive } from "./client";
-import { ALICE, call, makeArchive, startTestServer, waitForStatus, useGitFixture } from "./test-support";
+import { ALICE, call, makeArchive, startTestServer, waitForStatus } from "./test-support";
+import { useGitFixture } from "./test-fixture";
 
 const run = await dockerTestGate();
 

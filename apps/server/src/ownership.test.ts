@@ -3,7 +3,8 @@ import { join } from "node:path";
 import { Keypair, encodeAddress, hashToken } from "@proctor/auth";
 import { expect, test } from "vitest";
 import { uploadArchive } from "./client";
-import { ALICE, BOB, call, collectWs, makeArchive, startTestServer, useGitFixture } from "./test-support";
+import { ALICE, BOB, call, collectWs, makeArchive, startTestServer } from "./test-support";
+import { useGitFixture } from "./test-fixture";
 
 const CHARLIE = Keypair.fromUri("//Charlie");
 const fixture = useGitFixture();

@@ -8,7 +8,8 @@ import { contentDigestHeader, signRequest } from "@proctor/auth";
 import { request } from "undici";
 import { expect, test } from "vitest";
 import { uploadArchive } from "./client";
-import { ALICE, call, collectWs, makeArchive, startTestServer, waitForStatus, useGitFixture } from "./test-support";
+import { ALICE, call, collectWs, makeArchive, startTestServer, waitForStatus } from "./test-support";
+import { useGitFixture } from "./test-fixture";
 
 const fixture = useGitFixture();
 

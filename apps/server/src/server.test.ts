@@ -5,7 +5,8 @@ import { describe, expect, test } from "vitest";
 import { submitBatch, uploadArchive } from "./client";
 import { ClientError } from "./errors";
 import type { WireEnvelope } from "./wire";
-import { ALICE, call, makeArchive, startTestServer, waitForStatus, useGitFixture } from "./test-support";
+import { ALICE, call, makeArchive, startTestServer, waitForStatus } from "./test-support";
+import { useGitFixture } from "./test-fixture";
 
 const fixture = useGitFixture();
 

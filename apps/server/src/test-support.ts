@@ -8,7 +8,6 @@ import { LocalRuntime } from "@proctor/sandbox";
 import type { Logger } from "@proctor/schema";
 import * as tar from "tar";
 import { request } from "undici";
-import { afterAll, beforeAll } from "vitest";
 import WebSocket from "ws";
 import { authHeaders } from "./client";
 import type { ClientAuth } from "./client";
@@ -145,20 +144,4 @@ export async function waitForStatus(server: string, batchId: string, statuses: s
     if (Date.now() > deadline) throw new Error(`batch ${batchId} still ${JSON.stringify(body)} after ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 50));
   }
-}
-
-/**
- * A temp dir holding a small git repo, made once for the test file (beforeAll) and removed after
- * it (afterAll). Read its fields inside tests and hooks, not at module load.
- */
-export function useGitFixture(): { root: string; repo: string; commit: string } {
-  const fixture = { root: "", repo: "", commit: "" };
-  beforeAll(async () => {
-    fixture.root = await tempDir();
-    Object.assign(fixture, await makeGitRepo(fixture.root));
-  });
-  afterAll(async () => {
-    await rm(fixture.root, { recursive: true, force: true });
-  });
-  return fixture;
 }

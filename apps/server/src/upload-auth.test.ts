@@ -7,7 +7,8 @@ import { request } from "undici";
 import { describe, expect, test } from "vitest";
 import { uploadArchive } from "./client";
 import type { ClientError } from "./errors";
-import { ALICE, BOB, call, makeArchive, startTestServer, useGitFixture } from "./test-support";
+import { ALICE, BOB, call, makeArchive, startTestServer } from "./test-support";
+import { useGitFixture } from "./test-fixture";
 
 const fixture = useGitFixture();
 

@@ -3,7 +3,8 @@ import { join } from "node:path";
 import { describe, expect, test } from "vitest";
 import { uploadArchive } from "./client";
 import type { WireEnvelope } from "./wire";
-import { ALICE, collectWs, makeArchive, startTestServer, waitForStatus, useGitFixture } from "./test-support";
+import { ALICE, collectWs, makeArchive, startTestServer, waitForStatus } from "./test-support";
+import { useGitFixture } from "./test-fixture";
 
 const fixture = useGitFixture();
 
