@@ -20,6 +20,7 @@ import {
   verifyRequest,
   type Sr25519Verifier,
 } from "../../packages/auth/src/index";
+import { reportFigure } from "../lib/figures";
 
 const { values } = parseArgs({
   options: {
@@ -142,5 +143,15 @@ for (const e of engines) {
 }
 for (const e of engines) {
   const full = median(e.fullRates);
+  const raw = median(e.rawRates);
   console.log(`target >= 1000 full verifications/s with ${e.name}: ${full >= 1000 ? "met" : "NOT met"} (${full.toFixed(0)}/s)`);
+  reportFigure({
+    bench: "auth-verify",
+    figure: `Epistula v2 verifyRequest on one core, ${e.name}`,
+    proctor: { value: full, unit: "/s" },
+    baseline: { value: raw, unit: "/s", label: "raw sr25519 verify" },
+    ratio: full / raw,
+    ratioMeaning: "full verify rate / raw verify rate",
+    target: { on: "proctor", op: ">=", value: 1000, unit: "/s" },
+  });
 }

@@ -16,6 +16,8 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { bundleForNode } from "../lib/esbuild";
+import { reportFigure } from "../lib/figures";
 
 const { values } = parseArgs({
   options: {
@@ -31,11 +33,28 @@ const rounds = Number(values.rounds);
 const here = dirname(fileURLToPath(import.meta.url));
 const MiB = 1024 * 1024;
 
-for (const tool of ["tar", "gzip", ...(values["no-zip"] ? [] : ["zip", "unzip"])]) {
-  if (spawnSync(tool, ["--help"], { stdio: "ignore" }).error !== undefined) {
-    console.error(`${tool} is not installed: apt-get install -y ${tool} (or pass --no-zip for the zip part)`);
+const installed = (tool: string) => spawnSync(tool, ["--help"], { stdio: "ignore" }).error === undefined;
+for (const tool of ["tar", "gzip"]) {
+  if (!installed(tool)) {
+    console.error(`${tool} is not installed: apt-get install -y ${tool}`);
     process.exit(2);
   }
+}
+// Info-ZIP is not part of README's install: without it, the zip comparison is reported as skipped.
+const missingZip = ["zip", "unzip"].filter((tool) => !installed(tool));
+const noZip = values["no-zip"] || missingZip.length > 0;
+if (!values["no-zip"] && missingZip.length > 0) {
+  console.log(`(${missingZip.join(" and ")} not installed: the zip comparison is skipped; apt-get install -y zip unzip)`);
+  reportFigure({
+    bench: "extract",
+    figure: "extract zip vs unzip, speed",
+    proctor: { value: Number.NaN, unit: "s" },
+    baseline: null,
+    ratio: null,
+    ratioMeaning: "unzip time / package time",
+    target: { on: "ratio", op: ">=", value: 0.8 },
+    skipped: `${missingZip.join(" and ")} not installed (apt-get install -y zip unzip)`,
+  });
 }
 
 const work = mkdtempSync(join(values.dir, "proctor-bench-extract-"));
@@ -107,10 +126,10 @@ for (let i = 0; i < 50; i += 1) symlinkSync(`../d${i % 40}`, join(src, "empty", 
 const tgz = join(work, "bench.tar.gz");
 execFileSync("bash", ["-c", `tar -cf - -C "${src}" . | gzip -1 > "${tgz}"`]);
 const zipFile = join(work, "bench.zip");
-if (!values["no-zip"]) execFileSync("zip", ["-qry", "-1", zipFile, "."], { cwd: src });
+if (!noZip) execFileSync("zip", ["-qry", "-1", zipFile, "."], { cwd: src });
 console.log(
   `tree: ${fileCount} files, ${(written / MiB).toFixed(0)} MiB; tar.gz ${(statSync(tgz).size / MiB).toFixed(0)} MiB` +
-    (values["no-zip"] ? "" : `, zip ${(statSync(zipFile).size / MiB).toFixed(0)} MiB`) +
+    (noZip ? "" : `, zip ${(statSync(zipFile).size / MiB).toFixed(0)} MiB`) +
     ` (built in ${((Date.now() - started) / 1000).toFixed(1)} s)`,
 );
 rmSync(src, { recursive: true, force: true });
@@ -137,17 +156,7 @@ interface ChildResult {
 // The child runs as one plain-JS bundle (the package and its dependencies, built by esbuild from
 // source), so its RSS is the package's and not a TypeScript loader's.
 const childBundle = join(work, "child.mjs");
-execFileSync(join(here, "../../node_modules/.bin/esbuild"), [
-  join(here, "child.ts"),
-  "--bundle",
-  "--platform=node",
-  "--format=esm",
-  "--target=node20",
-  "--conditions=@proctor/source",
-  "--log-level=warning",
-  `--outfile=${childBundle}`,
-  "--banner:js=import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
-]);
+await bundleForNode(join(here, "child.ts"), childBundle);
 
 function ours(archive: string, dest: string, mode: "path" | "stream"): ChildResult & { wallMs: number } {
   const start = process.hrtime.bigint();
@@ -168,7 +177,9 @@ function median(xs: number[]): number {
   return sorted[Math.floor((sorted.length - 1) / 2)] as number;
 }
 
-function compare(label: string, archive: string, reference: (dest: string) => { ms: number; cpuMs: number }, mode: "path" | "stream"): void {
+const peakRss = { peakKb: 0, beforeKb: 0 };
+
+function compare(label: string, archive: string, reference: (dest: string) => { ms: number; cpuMs: number }, mode: "path" | "stream", referenceName: string): void {
   const refMs: number[] = [];
   const refCpu: number[] = [];
   const ourMs: number[] = [];
@@ -202,12 +213,31 @@ function compare(label: string, archive: string, reference: (dest: string) => { 
   console.log(`  package    ${seconds(our)} (${mibPerS(our)} MiB/s), CPU ${seconds(median(ourCpu))}; ${seconds(median(ourWallMs))} with node startup`);
   console.log(`  speed ratio ${(ref / our).toFixed(2)}x (reference time / package time; target >= 0.8), CPU ratio ${(median(refCpu) / median(ourCpu)).toFixed(2)}x`);
   console.log(`  peak RSS   ${(peak / 1024).toFixed(0)} MB (target < 150; ${(before / 1024).toFixed(0)} MB before extracting)`);
+  reportFigure({
+    bench: "extract",
+    figure: `extract ${label}, ${(written / MiB).toFixed(0)} MiB, speed`,
+    proctor: { value: our / 1000, unit: "s" },
+    baseline: { value: ref / 1000, unit: "s", label: referenceName },
+    ratio: ref / our,
+    ratioMeaning: `${referenceName} time / package time`,
+    target: { on: "ratio", op: ">=", value: 0.8 },
+  });
+  if (peak > peakRss.peakKb) Object.assign(peakRss, { peakKb: peak, beforeKb: before });
 }
 
 execFileSync("cat", [tgz], { stdio: "ignore" }); // warm the page cache for both sides
-compare("tar.gz vs tar -xzf", tgz, (dest) => timed("tar", ["-xzf", tgz, "-C", dest]), "path");
-compare("tar.gz stream vs tar -xzf", tgz, (dest) => timed("tar", ["-xzf", tgz, "-C", dest]), "stream");
-if (!values["no-zip"]) {
+compare("tar.gz vs tar -xzf", tgz, (dest) => timed("tar", ["-xzf", tgz, "-C", dest]), "path", "tar -xzf");
+compare("tar.gz stream vs tar -xzf", tgz, (dest) => timed("tar", ["-xzf", tgz, "-C", dest]), "stream", "tar -xzf");
+if (!noZip) {
   execFileSync("cat", [zipFile], { stdio: "ignore" });
-  compare("zip vs unzip", zipFile, (dest) => timed("unzip", ["-q", zipFile, "-d", dest]), "path");
+  compare("zip vs unzip", zipFile, (dest) => timed("unzip", ["-q", zipFile, "-d", dest]), "path", "unzip");
 }
+reportFigure({
+  bench: "extract",
+  figure: "extract peak RSS (child process, any comparison)",
+  proctor: { value: peakRss.peakKb / 1024, unit: "MB" },
+  baseline: { value: peakRss.beforeKb / 1024, unit: "MB", label: "RSS before extracting" },
+  ratio: peakRss.peakKb / peakRss.beforeKb,
+  ratioMeaning: "peak RSS / RSS before extracting",
+  target: { on: "proctor", op: "<", value: 150, unit: "MB" },
+});

@@ -13,6 +13,7 @@ import { promisify } from "node:util";
 import { parseArgs } from "node:util";
 // The bench is not a workspace package, so it loads @proctor/sandbox-docker from source by path.
 import { DockerRuntime, dockerAvailable } from "../../packages/sandbox-docker/src/index";
+import { reportFigure } from "../lib/figures";
 
 const run = promisify(execFile);
 const { values } = parseArgs({
@@ -108,6 +109,31 @@ async function main(): Promise<void> {
     console.log(`exec true, p50 of ${execs}:      runtime ${ms(figures.exec.apiP50Ms)}  vs docker exec ${ms(figures.exec.cliP50Ms)}  ratio ${figures.exec.ratio.toFixed(2)}x (target <= 0.3x)`);
     console.log(`create->exec->remove, p50 of ${lifecycles}: runtime ${ms(figures.lifecycle.createExecRemoveP50Ms)}  vs docker run --rm ${ms(figures.lifecycle.dockerRunRmP50Ms)}  ratio ${figures.lifecycle.ratio.toFixed(2)}x (target <= 0.7x)`);
     console.log(`                                 vs docker run --rm --network none ${ms(figures.lifecycle.dockerRunRmNetworkNoneP50Ms)}  ratio ${figures.lifecycle.ratioVsNetworkNone.toFixed(2)}x`);
+    const common = { bench: "sandbox-exec", ratioMeaning: "runtime p50 / docker CLI p50" };
+    reportFigure({
+      ...common,
+      figure: `exec \`true\` in a running sandbox, p50 of ${execs}`,
+      proctor: { value: figures.exec.apiP50Ms, unit: "ms" },
+      baseline: { value: figures.exec.cliP50Ms, unit: "ms", label: "docker exec" },
+      ratio: figures.exec.ratio,
+      target: { on: "ratio", op: "<=", value: 0.3 },
+    });
+    reportFigure({
+      ...common,
+      figure: `create -> exec -> remove, p50 of ${lifecycles}`,
+      proctor: { value: figures.lifecycle.createExecRemoveP50Ms, unit: "ms" },
+      baseline: { value: figures.lifecycle.dockerRunRmP50Ms, unit: "ms", label: "docker run --rm" },
+      ratio: figures.lifecycle.ratio,
+      target: { on: "ratio", op: "<=", value: 0.7 },
+    });
+    reportFigure({
+      ...common,
+      figure: `create -> exec -> remove, p50 of ${lifecycles} (like-for-like network)`,
+      proctor: { value: figures.lifecycle.createExecRemoveP50Ms, unit: "ms" },
+      baseline: { value: figures.lifecycle.dockerRunRmNetworkNoneP50Ms, unit: "ms", label: "docker run --rm --network none" },
+      ratio: figures.lifecycle.ratioVsNetworkNone,
+      target: null,
+    });
   } finally {
     await sandbox.kill();
     // Background removals and sandboxes started ahead of demand, then anything a failed iteration left behind.

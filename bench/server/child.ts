@@ -25,6 +25,8 @@ const server = await startServer({
   defaultImage: null,
   allowLocalRepos: true,
   maxConcurrentTasks: Number(maxConcurrent),
+  // Check tasks isolate the verifier by default, which only Docker can guarantee: the bench measures the server, not isolation.
+  isolateVerifier: false,
 });
 process.stdout.write(`${JSON.stringify({ url: server.url })}\n`);
 process.on("SIGTERM", () => {

@@ -20,6 +20,8 @@ import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { uploadArchive } from "../../apps/server/src/index";
 import type { WireEnvelope } from "../../apps/server/src/index";
+import { bundleForNode } from "../lib/esbuild";
+import { reportFigure } from "../lib/figures";
 
 // Dependencies of apps/server (bench/ has no node_modules of its own).
 const requireFromServer = createRequire(new URL("../../apps/server/package.json", import.meta.url));
@@ -89,26 +91,13 @@ async function waitDone(url: string, batchId: string, headers: Record<string, st
 // The server child runs as one plain-JS bundle built by esbuild from source, so its RSS is the
 // server's and not a TypeScript loader's (dockerode's optional native helper stays external).
 const childBundle = join(root, "server-child.mjs");
-execFileSync(join(import.meta.dirname, "../../node_modules/.bin/esbuild"), [
-  join(import.meta.dirname, "child.ts"),
-  "--bundle",
-  "--platform=node",
-  "--format=esm",
-  "--target=node20",
-  "--conditions=@proctor/source",
-  "--log-level=error",
-  "--external:cpu-features",
-  "--external:*.node",
-  `--outfile=${childBundle}`,
-  "--banner:js=import { createRequire as __createRequire } from 'node:module'; import { fileURLToPath as __fileURLToPath } from 'node:url'; " +
-    "import { dirname as __pathDirname } from 'node:path'; const require = __createRequire(import.meta.url); " +
-    "const __filename = __fileURLToPath(import.meta.url); const __dirname = __pathDirname(__filename);",
-]);
+await bundleForNode(join(import.meta.dirname, "child.ts"), childBundle, { external: ["cpu-features", "*.node"] });
 
 /** The server in a child process (its own event loop and RSS, apart from the load generators here). */
 async function spawnServer(dataDir: string, token?: string): Promise<{ url: string; pid: number; stop(): Promise<void> }> {
   const argv = [childBundle, dataDir, args.concurrency, ...(token === undefined ? [] : [token])];
   const child = spawn(process.execPath, argv, { stdio: ["ignore", "pipe", "inherit"] });
+  process.once("exit", () => child.kill("SIGKILL")); // never leave a server behind when the bench fails
   const line = await new Promise<string>((resolve, reject) => {
     createInterface({ input: child.stdout! }).once("line", resolve);
     child.once("exit", (code) => reject(new Error(`bench server exited with ${code}`)));
@@ -144,6 +133,15 @@ try {
       if (status.non2xx > 0 || status.errors > 0) throw new Error(`GET /batch/:id had ${status.non2xx} non-2xx answers and ${status.errors} errors`);
       figures[`GET /batch/:id req/s (auth ${auth})`] = `${Math.round(status.requests.average)} (p99 ${status.latency.p99} ms); GET /health ${Math.round(health.requests.average)} req/s; ratio ${(status.requests.average / health.requests.average).toFixed(2)}`;
       console.log(`[http] auth ${auth}: /batch/:id ${Math.round(status.requests.average)} req/s, /health ${Math.round(health.requests.average)} req/s`);
+      reportFigure({
+        bench: "server",
+        figure: `GET /batch/:id, auth ${auth}, ${args.connections} connections`,
+        proctor: { value: status.requests.average, unit: "req/s" },
+        baseline: { value: health.requests.average, unit: "req/s", label: "GET /health, same server" },
+        ratio: status.requests.average / health.requests.average,
+        ratioMeaning: "/batch/:id rate / /health rate",
+        target: { on: "proctor", op: ">=", value: 5000, unit: "req/s" },
+      });
       await server.stop();
     }
   }
@@ -153,6 +151,7 @@ try {
     const server = await spawnServer(join(root, "ws"));
     const blockerArchive = await makeArchive("ws-blocker", 1, fixture, "#!/bin/bash\nsleep 2\ntouch done.txt\n");
     const watchedArchive = await makeArchive("ws-watched", 100, fixture);
+    const p99s: number[] = [];
     for (const subscribers of [1, Number(args.subscribers)]) {
       const blocker = await uploadArchive({ server: server.url, archivePath: blockerArchive });
       const batch = await uploadArchive({ server: server.url, archivePath: watchedArchive, concurrentTasks: Number(args.concurrency) });
@@ -175,12 +174,24 @@ try {
       await Promise.all(opened);
       await Promise.all(closed);
       await waitDone(server.url, blocker.batch_id);
-      await waitDone(server.url, batch.batch_id);
+      const done = await waitDone(server.url, batch.batch_id);
+      if (done.passed_tasks !== done.total_tasks) throw new Error(`the watched batch did not pass every task: ${JSON.stringify(done)}`);
       latencies.sort((a, b) => a - b);
       const line = `p50 ${percentile(latencies, 50)} ms, p99 ${percentile(latencies, 99)} ms, max ${latencies.at(-1)} ms over ${events} deliveries`;
       figures[`WS event latency, ${subscribers} subscriber(s)`] = line;
       console.log(`[ws] ${subscribers} subscribers: ${line}`);
+      p99s.push(percentile(latencies, 99));
     }
+    const [oneP99 = Number.NaN, manyP99 = Number.NaN] = p99s;
+    reportFigure({
+      bench: "server",
+      figure: `WebSocket event latency p99, ${args.subscribers} subscribers`,
+      proctor: { value: manyP99, unit: "ms" },
+      baseline: { value: oneP99, unit: "ms", label: "p99 with 1 subscriber" },
+      ratio: oneP99 > 0 ? manyP99 / oneP99 : null,
+      ratioMeaning: `p99 at ${args.subscribers} subscribers / p99 at 1`,
+      target: { on: "proctor", op: "<", value: 100, unit: "ms" },
+    });
     await server.stop();
   }
 
@@ -221,9 +232,19 @@ try {
       await new Promise((r) => setTimeout(r, 500));
     }
     clearInterval(sampler);
+    if (final.passed_tasks !== count) throw new Error(`the ${count}-task batch did not pass every task, so its RSS says little: ${JSON.stringify(final)}`);
     const seconds = (Date.now() - runStart) / 1000;
     const line = `peak ${peak.toFixed(0)} MB, idle ${idle.toFixed(0)} MB, heap used at the end ${(await heapMb()).toFixed(0)} MB, ratio ${(peak / idle).toFixed(2)}; ${final.completed_tasks}/${count} tasks ${final.status} (${final.passed_tasks} passed) in ${seconds.toFixed(0)} s (${(count / seconds).toFixed(0)} tasks/s)`;
     figures[`server RSS, ${count}-task batch`] = line;
+    reportFigure({
+      bench: "server",
+      figure: `server peak RSS, ${count}-task batch (${final.passed_tasks} passed)`,
+      proctor: { value: peak, unit: "MB" },
+      baseline: { value: idle, unit: "MB", label: "RSS idle after start" },
+      ratio: peak / idle,
+      ratioMeaning: "peak RSS / idle RSS",
+      target: { on: "proctor", op: "<", value: 300, unit: "MB" },
+    });
     console.log(`[rss] ${line}`);
     await server.stop();
     console.log(`[rss] batch dir: ${(await readdir(join(dataDir, "batches"))).length} batch(es)`);

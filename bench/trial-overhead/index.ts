@@ -12,6 +12,7 @@ import { mkdtemp, mkdir, rm, writeFile, chmod } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs, promisify } from "node:util";
+import { reportFigure } from "../lib/figures";
 
 const run = promisify(execFile);
 const { values } = parseArgs({
@@ -130,6 +131,15 @@ try {
   console.log(`proctor run -n ${parallel}    : ${(proctorMs / 1000).toFixed(1)} s  (${(proctorMs / n).toFixed(0)} ms/trial wall, CLI start-up included)`);
   console.log(`per-trial time in proctor (wall x parallelism / trials): ${((proctorMs * parallel) / n).toFixed(0)} ms; docker CLI: ${((cliMs * parallel) / n).toFixed(0)} ms`);
   console.log(`ratio proctor / docker CLI: ${(proctorMs / cliMs).toFixed(2)}x (target <= 0.4x); load average at end: ${load()}`);
+  reportFigure({
+    bench: "trial-overhead",
+    figure: `${trials} trivial trials x ${rounds} round(s), -n ${parallel}, wall time`,
+    proctor: { value: proctorMs / 1000, unit: "s" },
+    baseline: { value: cliMs / 1000, unit: "s", label: "docker CLI pipeline" },
+    ratio: proctorMs / cliMs,
+    ratioMeaning: "proctor run / docker CLI pipeline",
+    target: { on: "ratio", op: "<=", value: 0.4 },
+  });
 } finally {
   await run("bash", ["-c", "docker rm -f $(docker ps -aq --filter label=proctor.bench=trial-overhead) >/dev/null 2>&1 || true"]);
   await rm(work, { recursive: true, force: true });
