@@ -48,6 +48,34 @@ describe("RepoCache", () => {
     expect(content).toBe("two\n");
   });
 
+  test("the checkout holds no object of a later commit (the future fix cannot be read)", async () => {
+    const cache = new RepoCache(join(root, "cache-future"));
+    // The cache holds both commits...
+    await cache.ensure(origin, second);
+    const objects = await cache.withCheckout(origin, first, async (dir) => ({
+      all: git(dir, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)"),
+      reachable: git(dir, "rev-list", "--objects", "--no-object-names", "HEAD"),
+      refs: git(dir, "for-each-ref", "--format=%(refname)"),
+      log: git(dir, "log", "--format=%H"),
+    }));
+    const later = git(origin, "rev-list", "--objects", "--no-object-names", `${first}..${second}`).split("\n");
+    expect(objects.log).toBe(first);
+    expect(objects.refs).toBe("");
+    expect(objects.all.split("\n").sort()).toEqual(objects.reachable.split("\n").sort());
+    for (const id of later) expect(objects.all).not.toContain(id);
+  });
+
+  test("a base_commit that is not a full commit id is refused before git runs (no option injection)", async () => {
+    const cache = new RepoCache(join(root, "cache-inject"));
+    const marker = join(root, "pwned");
+    for (const bad of [`--upload-pack=touch ${marker}`, "main", first.slice(0, 12), `${first}^`]) {
+      await expect(cache.ensure(origin, bad)).rejects.toThrow(/not a full commit id/);
+      await expect(cache.withCheckout(origin, bad, async () => undefined)).rejects.toThrow(WorkspaceError);
+    }
+    expect(existsSync(marker)).toBe(false);
+    expect(existsSync(join(root, "cache-inject"))).toBe(false);
+  });
+
   test("an unknown commit or repository is a WorkspaceError naming it", async () => {
     const cache = new RepoCache(join(root, "cache2"));
     await expect(cache.ensure(origin, "0".repeat(40))).rejects.toThrow(WorkspaceError);

@@ -5,6 +5,7 @@ import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { isAbsolute, join, resolve } from "node:path";
 import { promisify } from "node:util";
+import { COMMIT_ID } from "@proctor/schema";
 import { WorkspaceError } from "./errors";
 
 const run = promisify(execFile);
@@ -28,6 +29,13 @@ async function git(args: string[], options: { cwd?: string; timeoutMs?: number; 
     env: { ...process.env, GIT_TERMINAL_PROMPT: "0", GIT_ASKPASS: "true" },
   });
   return stdout;
+}
+
+/** Nothing but a full commit id reaches git. */
+function assertCommitId(commit: string, url: string): void {
+  if (!COMMIT_ID.test(commit)) {
+    throw new WorkspaceError(`base_commit ${JSON.stringify(commit.slice(0, 80))} is not a full commit id (40 or 64 hex digits); give the exact commit, not a branch, tag or abbreviation`, url);
+  }
 }
 
 function describe(error: unknown): string {
@@ -59,18 +67,19 @@ export class RepoCache {
 
   /** Make sure the cache holds `commit` of `url` and return the bare repo's path. */
   async ensure(url: string, commit: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<string> {
+    assertCommitId(commit, url);
     const bare = this.pathFor(url);
     return this.serialize(bare, async () => {
-      const has = () => git(["--git-dir", bare, "cat-file", "-e", `${commit}^{commit}`], options).then(() => true, () => false);
+      const has = () => git(["--git-dir", bare, "cat-file", "-e", "--end-of-options", `${commit}^{commit}`], options).then(() => true, () => false);
       if (!existsSync(join(bare, "HEAD"))) {
         await mkdir(this.dir, { recursive: true });
-        await git(["init", "--quiet", "--bare", bare], options);
-        await git(["--git-dir", bare, "remote", "add", "origin", url], options);
+        await git(["init", "--quiet", "--bare", "--end-of-options", bare], options);
+        await git(["--git-dir", bare, "remote", "add", "--end-of-options", "origin", url], options);
       } else if (await has()) {
         return bare;
       }
       // The exact commit first (cheap on servers that allow it), else everything.
-      const exact = await git(["--git-dir", bare, "fetch", "--quiet", "origin", commit], options).then(() => null, (e: unknown) => e);
+      const exact = await git(["--git-dir", bare, "fetch", "--quiet", "origin", "--end-of-options", commit], options).then(() => null, (e: unknown) => e);
       if (exact === null && (await has())) return bare;
       try {
         await git(["--git-dir", bare, "fetch", "--quiet", "--tags", "origin", "+refs/heads/*:refs/heads/*"], options);
@@ -85,8 +94,9 @@ export class RepoCache {
   }
 
   /**
-   * Check `commit` of `url` out into a fresh temporary directory holding a self-contained
-   * clone (its own .git, no remote), call `use` with it, then remove it.
+   * Check `commit` of `url` out into a fresh temporary directory, call `use` with it, then remove
+   * it. The directory's repository holds only `commit` and what it reaches (a depth-1 fetch: no
+   * later commit, branch, tag, reflog or remote), so an agent cannot read the future fix.
    */
   async withCheckout<T>(
     url: string,
@@ -99,9 +109,12 @@ export class RepoCache {
     const dir = join(parent, "repo");
     try {
       try {
-        await git(["clone", "--quiet", "--no-checkout", bare, dir], options);
+        await git(["init", "--quiet", "--end-of-options", dir], options);
+        // The cache is ours: let its upload-pack serve the exact commit (not only branch tips).
+        await git(["-c", "uploadpack.allowAnySHA1InWant=true", "fetch", "--quiet", "--depth=1", "--no-tags", `file://${bare}`, "--end-of-options", commit], { ...options, cwd: dir });
+        // checkout takes no --end-of-options; the id was checked to be hex above.
         await git(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit], { ...options, cwd: dir });
-        await git(["remote", "remove", "origin"], { ...options, cwd: dir });
+        await rm(join(dir, ".git", "FETCH_HEAD"), { force: true });
       } catch (error) {
         throw new WorkspaceError(`cannot check out ${commit} of ${url}: ${describe(error)}`, url, { cause: error });
       }

@@ -1,6 +1,6 @@
 export {
   TaskId, TASK_ID_PATTERN, TaskFormat, EnvironmentSpec, CheckSpec, VerifierSpec, SolutionSpec, WorkspaceSpec, TaskSpec,
-  DEFAULT_AGENT_TIMEOUT_SEC, DEFAULT_VERIFIER_TIMEOUT_SEC, DEFAULT_BUILD_TIMEOUT_SEC,
+  DEFAULT_AGENT_TIMEOUT_SEC, DEFAULT_VERIFIER_TIMEOUT_SEC, DEFAULT_BUILD_TIMEOUT_SEC, COMMIT_ID,
 } from "./task";
 export { AgentSpec } from "./agent";
 export { ErrorKind, TrialError, TrialStatus, Phase, PhaseTiming, CheckResult, TrialResult, GroupSummary, RunSummary, Integrity, SurvivingProcess } from "./result";

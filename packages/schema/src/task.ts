@@ -69,9 +69,12 @@ export const SolutionSpec = z.object({
 export type SolutionSpec = z.infer<typeof SolutionSpec>;
 
 /** A git repository checked out at base_commit into the workdir before the agent runs. */
+/** A full commit id: 40 hex digits (SHA-1) or 64 (SHA-256). */
+export const COMMIT_ID = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/i;
+
 export const WorkspaceSpec = z.object({
   repo: z.string().min(1),
-  baseCommit: z.string().min(1),
+  baseCommit: z.string().regex(COMMIT_ID, "base_commit must be a full commit id (40 or 64 hex digits)"),
   version: z.string().nullable(),
   language: z.string().nullable(),
   install: z.array(z.string()),

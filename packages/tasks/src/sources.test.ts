@@ -29,7 +29,7 @@ describe("loadTasks", () => {
   test("a single task dir, a term-executor root and a dir of tasks together", async () => {
     const { root, set, cacheDir } = await taskSet();
     await writeTree(join(root, "te"), {
-      "tasks/te-task/workspace.yaml": "repo: o/r\nbase_commit: abc\n",
+      "tasks/te-task/workspace.yaml": "repo: o/r\nbase_commit: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
       "tasks/te-task/prompt.md": "x\n",
       "tasks/te-task/checks.txt": "true\n",
     });

@@ -9,7 +9,7 @@ import { loadTermExecutorArchive, loadTermExecutorTask, TERM_EXECUTOR_SOLUTION_C
 const WORKSPACE = `
 repo: psf/requests
 version: 3.10
-base_commit: 1234e56
+base_commit: 1234e56000000000000000000000000000000000
 language: python
 install:
   - pip install -e .
@@ -30,11 +30,11 @@ function archiveFiles(prefix = ""): Record<string, FileSpec> {
     [`${prefix}tasks/fix-bug/tests/test_fix.sh`]: script("test -f fixed.txt\n"),
     [`${prefix}tasks/fix-bug/tests/unit/more checks.sh`]: script("grep -q ok fixed.txt\n"),
     [`${prefix}tasks/fix-bug/tests/unit/test_data.py`]: "DATA = 1\n",
-    [`${prefix}tasks/from-checks/workspace.yaml`]: "repo: https://example.com/r.git\nbase_commit: abc\n",
+    [`${prefix}tasks/from-checks/workspace.yaml`]: "repo: https://example.com/r.git\nbase_commit: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
     [`${prefix}tasks/from-checks/prompt.md`]: "Do it.\n",
     [`${prefix}tasks/from-checks/checks.txt`]: "# comment\n\npytest -q tests/test_a.py\n  cargo test  \n",
     [`${prefix}tasks/from-f2p/workspace.yaml`]:
-      "repo: https://example.com/r.git\nbase_commit: abc\nfail_to_pass:\n  - pytest t/test_fix.py\npass_to_pass:\n  - pytest t/test_ok.py\npatch: |\n  diff --git a/x b/x\ninstall_config:\n  install: pip install .\n",
+      "repo: https://example.com/r.git\nbase_commit: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\nfail_to_pass:\n  - pytest t/test_fix.py\npass_to_pass:\n  - pytest t/test_ok.py\npatch: |\n  diff --git a/x b/x\ninstall_config:\n  install: pip install .\n",
     [`${prefix}tasks/from-f2p/prompt.md`]: "Fix.\n",
   };
 }
@@ -65,8 +65,8 @@ describe("loadTermExecutorArchive", () => {
       difficulty: "hard",
       agent: { timeoutSec: 900 },
       environment: { allowInternet: false, dockerImage: null },
-      // Numbers-looking strings are kept as written: a sha like 1234e56 must not become 1.234e59.
-      workspace: { repo: "https://github.com/psf/requests", baseCommit: "1234e56", version: "3.10", language: "python", install: ["pip install -e ."], installTimeoutSec: 300 },
+      // Numbers-looking strings are kept as written: a sha like 1234e56000000000000000000000000000000000 must not become 1.234e59.
+      workspace: { repo: "https://github.com/psf/requests", baseCommit: "1234e56000000000000000000000000000000000", version: "3.10", language: "python", install: ["pip install -e ."], installTimeoutSec: 300 },
       verifier: {
         mode: "checks",
         testsDir: join(taskDir, "tests"),
@@ -146,7 +146,7 @@ describe("loadTermExecutorArchive", () => {
 
   test("zero checks is an error, not a pass", async () => {
     const { root, cacheDir } = await archive({
-      "tasks/empty/workspace.yaml": "repo: o/r\nbase_commit: abc\n",
+      "tasks/empty/workspace.yaml": "repo: o/r\nbase_commit: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
       "tasks/empty/prompt.md": "x\n",
       "tasks/empty/checks.txt": "# nothing here\n\n",
       "tasks/empty/tests/data.json": "{}",
@@ -161,7 +161,7 @@ describe("loadTermExecutorArchive", () => {
 
   test("a task directory whose name is not a safe id is an error", async () => {
     const { root, cacheDir } = await archive({
-      "tasks/has space/workspace.yaml": "repo: o/r\nbase_commit: abc\n",
+      "tasks/has space/workspace.yaml": "repo: o/r\nbase_commit: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
       "tasks/has space/prompt.md": "x\n",
       "tasks/has space/checks.txt": "true\n",
     });
@@ -180,7 +180,7 @@ describe("loadTermExecutorArchive", () => {
 
   test("tests/*.sh take precedence over checks.txt, with a warning", async () => {
     const { root, cacheDir } = await archive({
-      "tasks/t/workspace.yaml": "repo: o/r\nbase_commit: abc\n",
+      "tasks/t/workspace.yaml": "repo: o/r\nbase_commit: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
       "tasks/t/prompt.md": "x\n",
       "tasks/t/checks.txt": "false\n",
       "tasks/t/tests/a.sh": "true\n",
@@ -194,12 +194,25 @@ describe("loadTermExecutorArchive", () => {
 
   test("allowLocalRepos: false refuses a local repository path", async () => {
     const { root } = await archive({
-      "tasks/t/workspace.yaml": "repo: /srv/private-repo\nbase_commit: abc\n",
+      "tasks/t/workspace.yaml": "repo: /srv/private-repo\nbase_commit: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
       "tasks/t/prompt.md": "x\n",
       "tasks/t/checks.txt": "true\n",
     });
     expect((await loadTermExecutorTask(join(root, "tasks/t"))).errors).toEqual([]);
     const { errors } = await loadTermExecutorTask(join(root, "tasks/t"), { allowLocalRepos: false });
     expect(errors.map((e) => e.detail)).toEqual(['repo must be an http(s), ssh or git@ URL here (local repositories are not allowed), got "/srv/private-repo"']);
+  });
+
+  test("base_commit must be a full commit id: an option-looking or abbreviated one is a load error naming the file and field", async () => {
+    for (const bad of ["--upload-pack=touch /tmp/x", "main", "1234e56"]) {
+      const root = await tempDir();
+      await writeTree(root, {
+        "tasks/t/workspace.yaml": `repo: https://example.com/r.git\nbase_commit: "${bad}"\n`,
+        "tasks/t/prompt.md": "Fix it.\n",
+        "tasks/t/checks.txt": "true\n",
+      });
+      const { errors } = await loadTermExecutorTask(join(root, "tasks/t"));
+      expect(errors.map((e) => e.message).join("\n")).toMatch(/workspace\.yaml: base_commit must be a full commit id/);
+    }
   });
 });

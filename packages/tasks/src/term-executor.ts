@@ -1,6 +1,6 @@
 import { readdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { DEFAULT_AGENT_TIMEOUT_SEC, DEFAULT_BUILD_TIMEOUT_SEC, type CheckSpec, type TaskSpec } from "@proctor/schema";
+import { COMMIT_ID, DEFAULT_AGENT_TIMEOUT_SEC, DEFAULT_BUILD_TIMEOUT_SEC, type CheckSpec, type TaskSpec } from "@proctor/schema";
 import { checkTaskId, finish, loggerOf, parseYaml, readText, scalarSource, type LoadedTask, type LoaderOptions } from "./common";
 import { TaskLoadError } from "./errors";
 import { describe, displayPath, fail, isTable, kinds, Section, stringOrList, type Report } from "./fields";
@@ -159,6 +159,8 @@ export async function loadTermExecutorTask(dir: string, options: TermExecutorOpt
   const baseCommit = text("base_commit");
   if (baseCommit === undefined && doc !== null && !yaml.has("base_commit")) {
     yaml.fail("base_commit", "is missing: give the commit to check out so every trial starts from the same code");
+  } else if (baseCommit !== undefined && !COMMIT_ID.test(baseCommit)) {
+    yaml.fail("base_commit", `must be a full commit id (40 or 64 hex digits), got ${describe(baseCommit.slice(0, 80))}: branches, tags and abbreviations can move or be ambiguous`);
   }
   const version = text("version") ?? null;
   const language = yaml.get("language", kinds.string) ?? null;
