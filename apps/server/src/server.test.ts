@@ -1,9 +1,10 @@
-import { readdir, writeFile } from "node:fs/promises";
+import { readFile, readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { describe, expect, test } from "vitest";
 import { submitBatch, uploadArchive } from "./client";
 import { ClientError } from "./errors";
+import { UPLOAD_LIMITS } from "./server";
 import type { WireEnvelope } from "./wire";
 import { ALICE, call, makeArchive, startTestServer, waitForStatus } from "./test-support";
 import { useGitFixture } from "./test-fixture";
@@ -71,6 +72,9 @@ describe("a batch end to end", () => {
       // The batch directory is the engine's run directory.
       const entries = await readdir(join(dataDir, "batches", final.batch_id));
       expect(entries).toEqual(expect.arrayContaining(["batch.json", "run.json", "events.jsonl", "results.jsonl", "summary.json", "trials", "upload"]));
+      // Uploaded tasks ran under the server's default limits (recorded with the run).
+      const runJson = JSON.parse(await readFile(join(dataDir, "batches", final.batch_id, "run.json"), "utf8"));
+      expect(runJson.limits).toEqual(JSON.parse(JSON.stringify(UPLOAD_LIMITS)));
 
       const status = await call(server.url, "GET", "/status");
       expect(status.body).toMatchObject({ active_batches: 0, queued_batches: 0, total_batches: 1, completed_batches: 1, tasks_passed: 1, tasks_failed: 2 });
