@@ -9,6 +9,9 @@ import { SandboxClosedError, SandboxError, TransferError } from "./errors";
 import { LocalRuntime, type LocalSandbox } from "./local";
 import type { Sandbox } from "./types";
 
+/** Sleep durations unique to this test process, so another run of the suite on the machine never matches. */
+const S = 1_000_000 + (process.pid % 100_000) * 10;
+
 let rootDir: string;
 let runtime: LocalRuntime;
 const open: Sandbox[] = [];
@@ -116,39 +119,39 @@ describe("exec", () => {
 
   it("kills the whole process group on timeout, children included", async () => {
     const s = await sandbox();
-    const r = await s.exec({ shell: "sleep 987651 & sleep 987652 & echo started; wait" }, { timeoutMs: 2000 }); // time to echo even under load
+    const r = await s.exec({ shell: `sleep ${S + 1} & sleep ${S + 2} & echo started; wait` }, { timeoutMs: 2000 }); // time to echo even under load
     expect(r).toMatchObject({ timedOut: true, aborted: false, exitCode: 137, stdout: "started\n" });
-    expect(await gone("sleep 98765[12]")).toEqual([]);
+    expect(await gone(`sleep (${S + 1}|${S + 2})`)).toEqual([]);
   });
 
   it("kills the process group on abort", async () => {
     const s = await sandbox();
     const controller = new AbortController();
     const r = await s.exec(
-      { shell: "sh -c 'sleep 987654' & echo started; sleep 987655" },
+      { shell: `sh -c 'sleep ${S + 4}' & echo started; sleep ${S + 5}` },
       { signal: controller.signal, onStdout: () => controller.abort() },
     );
     expect(r).toMatchObject({ aborted: true, timedOut: false, exitCode: 137 });
-    expect(await gone("sleep 98765[45]")).toEqual([]);
+    expect(await gone(`sleep (${S + 4}|${S + 5})`)).toEqual([]);
     const pre = await s.exec(["true"], { signal: controller.signal });
     expect(pre).toMatchObject({ aborted: true, exitCode: -1 });
   });
 
   it("returns when the command exits though a background child holds stdout; kill() ends the child", async () => {
     const s = await sandbox();
-    const r = await s.exec({ shell: "sleep 987656 & echo started" });
+    const r = await s.exec({ shell: `sleep ${S + 6} & echo started` });
     expect(r).toMatchObject({ exitCode: 0, stdout: "started\n", timedOut: false });
-    expect(pgrep("sleep 987656")).toHaveLength(1);
+    expect(pgrep(`sleep ${S + 6}`)).toHaveLength(1);
     await s.kill();
-    expect(await gone("sleep 987656")).toEqual([]);
+    expect(await gone(`sleep ${S + 6}`)).toEqual([]);
   });
 
   it("kills processes that left the process group (setsid) when the sandbox is killed", async () => {
     const s = await sandbox();
-    await s.exec({ shell: "setsid sleep 987657 >/dev/null 2>&1 < /dev/null &" });
-    expect(pgrep("sleep 987657")).toHaveLength(1);
+    await s.exec({ shell: `setsid sleep ${S + 7} >/dev/null 2>&1 < /dev/null &` });
+    expect(pgrep(`sleep ${S + 7}`)).toHaveLength(1);
     await s.kill();
-    expect(await gone("sleep 987657")).toEqual([]);
+    expect(await gone(`sleep ${S + 7}`)).toEqual([]);
   });
 
   it("maps cwd through the root and refuses escapes and other users", async () => {
@@ -283,13 +286,13 @@ describe("lifecycle", () => {
     const s = (await runtime.create({ image: "local" })) as LocalSandbox;
     let started!: () => void;
     const startedP = new Promise<void>((r) => (started = r));
-    const running = s.exec({ shell: "echo started; exec sleep 987658" }, { onStdout: () => started() });
+    const running = s.exec({ shell: `echo started; exec sleep ${S + 8}` }, { onStdout: () => started() });
     await startedP;
     await Promise.all([s.kill(), s[Symbol.asyncDispose](), s.kill()]);
     await s.kill();
     expect(existsSync(s.root)).toBe(false);
     expect(await running).toMatchObject({ aborted: true, exitCode: 137 });
-    expect(await gone("sleep 987658")).toEqual([]);
+    expect(await gone(`sleep ${S + 8}`)).toEqual([]);
     await expect(s.exec(["true"])).rejects.toThrow(SandboxClosedError);
     await expect(s.readFile("/app/x")).rejects.toThrow(SandboxClosedError);
     await expect(s.writeFile("/app/x", "")).rejects.toThrow(SandboxClosedError);
