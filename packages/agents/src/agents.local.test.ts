@@ -98,7 +98,8 @@ describe("code agent", () => {
   test("agent.py runs with python3, and a timeout stops it", async () => {
     const dir = await agentDir({ "agent.py": "import time, os\nprint('started', flush=True)\ntime.sleep(30)\n" });
     const agent = createAgent({ kind: "code", dir });
-    const ctx = context(task(), 1000);
+    // Long enough for python3 to start and print on a loaded machine; the sleep outlasts it.
+    const ctx = context(task(), 8000);
     await agent.setup?.(ctx);
     const result = await agent.run(ctx);
     expect(result).toMatchObject({ timedOut: true, exitCode: null });
