@@ -6,3 +6,7 @@ export type { SummarizeInput } from "./summary";
 export { passAtKEstimate, mean, standardError } from "./stats";
 export { parsePytestLog, gradeTests, testPassed } from "./pytest";
 export type { PytestStatus, TestListOutcome, GradeDetails } from "./pytest";
+export { seededRandom, bootstrapMeans, bootstrapMeanCI, wilsonInterval, normalQuantile, quantile, DEFAULT_SEED, DEFAULT_RESAMPLES } from "./bootstrap";
+export type { Random, BootstrapOptions, Interval } from "./bootstrap";
+export { taskOutcomes, passAtKTable, meanOverTasks, mcnemarExact, pairedBootstrap, compareRuns, flakyTasks } from "./compare";
+export type { TaskOutcome, PassAtK, MeanWithError, McNemar, PairedBootstrap, TaskFlip, FlipKind, TaskDelta, RunComparison, FlakyTask } from "./compare";
