@@ -11,8 +11,10 @@ import { RuntimeUnavailableError } from "@proctor/sandbox";
 import { ClientError, ServerConfigError } from "@proctor/server";
 import { CliError } from "./errors";
 import { stderrLogger } from "./logger";
+import packageJson from "../package.json" with { type: "json" };
 
-export const VERSION = "0.1.0";
+/** This package's version, from its package.json (bundled into dist at build time). */
+export const VERSION: string = packageJson.version;
 
 const collect = (value: string, previous: string[]) => [...previous, value];
 const positiveInt = (flag: string) => (value: string) => {

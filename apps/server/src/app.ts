@@ -17,8 +17,10 @@ import { stagingDir } from "./store";
 import { UploadSlots, contentDigestMismatch, sha256Hex, stageBody } from "./upload";
 import type { StagedBody } from "./upload";
 import type { WsHub } from "./ws-hub";
+import packageJson from "../package.json" with { type: "json" };
 
-export const SERVER_VERSION = "0.1.0";
+/** This package's version, from its package.json (bundled into dist at build time); /health and /status report it. */
+export const SERVER_VERSION: string = packageJson.version;
 
 /** Bodies of routes other than /submit (none take one; cancel may send an empty body). */
 const SMALL_BODY_LIMIT = 64 * 1024;
