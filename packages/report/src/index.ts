@@ -1,0 +1,11 @@
+export { ReportError, RunReadError, FormatError } from "./errors";
+export { loadRun, findRunDirs, isRunDir, parseResults, agentLabel, modelLabel } from "./load";
+export type { LoadedRun } from "./load";
+export { buildRunReport, buildComparison, trialReason, trialFlags, fullReason } from "./model";
+export type { RunReport, ComparisonReport, Problem, CategoryRow } from "./model";
+export { renderText, renderMarkdown, formatDuration, percent } from "./text";
+export { renderHtml, htmlEscape } from "./html";
+export { renderCsv, renderJunit, buildSwebenchReport, xmlEscape } from "./machine";
+export type { SwebenchReport } from "./machine";
+export { renderReport, FORMATS } from "./render";
+export type { ReportFormat, RenderOptions } from "./render";

@@ -1,0 +1,130 @@
+import type { Interval } from "@proctor/reward";
+import type { ComparisonReport, RunReport } from "./model";
+
+export function percent(value: number | null | undefined): string {
+  return value === null || value === undefined ? "-" : `${(value * 100).toFixed(1)}%`;
+}
+
+export function fixed(value: number | null | undefined, digits = 3): string {
+  return value === null || value === undefined ? "-" : value.toFixed(digits);
+}
+
+export function formatDuration(ms: number): string {
+  if (!Number.isFinite(ms) || ms < 0) return "-";
+  const s = Math.round(ms / 1000);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m${String(s % 60).padStart(2, "0")}s`;
+  return `${Math.floor(m / 60)}h${String(m % 60).padStart(2, "0")}m`;
+}
+
+export function percentInterval(ci: Interval | null): string {
+  return ci ? `[${percent(ci.low)}, ${percent(ci.high)}]` : "";
+}
+
+export function pValue(p: number): string {
+  return p < 0.0001 ? "< 0.0001" : p.toFixed(4);
+}
+
+/** A plain text table: left-aligned first column, right-aligned others. */
+export function textTable(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join("  ").trimEnd();
+  return [line(header), widths.map((w) => "-".repeat(w)).join("  "), ...rows.map(line)].join("\n");
+}
+
+function mdEscape(text: string): string {
+  return text.replace(/\|/g, "\\|").replace(/\r?\n/g, " ");
+}
+
+/** A GitHub-flavoured Markdown table. */
+export function mdTable(header: string[], rows: string[][]): string {
+  const line = (cells: string[]) => `| ${cells.map(mdEscape).join(" | ")} |`;
+  return [line(header), `|${header.map((_, i) => (i === 0 ? " --- " : " ---: ")).join("|")}|`, ...rows.map(line)].join("\n");
+}
+
+type Table = (header: string[], rows: string[][]) => string;
+
+function headline(r: RunReport): string[] {
+  const lines = [
+    `run            ${r.runId} (${r.dir})`,
+    `agent          ${r.agent}${r.model ? ` (model ${r.model})` : ""}`,
+    `status         ${r.status} in ${formatDuration(r.durationMs)}; ${r.trials.total} of ${r.trials.planned} planned trials finished`,
+    `pass rate      ${percent(r.passRate.value)} ${percentInterval(r.passRate.ci)} (${r.passRate.passed}/${r.passRate.total} ${r.passRate.of}; 95% Wilson interval)`,
+    `mean reward    ${fixed(r.meanReward.mean)}${r.meanReward.standardError !== null ? ` ± ${fixed(r.meanReward.standardError)} SE` : ""}${r.meanReward.ci ? ` [${fixed(r.meanReward.ci.low)}, ${fixed(r.meanReward.ci.high)}] 95% bootstrap` : ""} over ${r.meanReward.n} ${r.meanReward.of}`,
+  ];
+  if (r.passAtK.length > 0) lines.push(`pass@k         ${r.passAtK.map((p) => `pass@${p.k} ${percent(p.value)} (${p.tasks} tasks)`).join("  ")} — unbiased estimator`);
+  const errors = Object.entries(r.errorsByKind);
+  if (errors.length > 0) lines.push(`errors         ${errors.map(([k, n]) => `${k} ${n}`).join(", ")}`);
+  return lines;
+}
+
+function categoryRows(r: RunReport): string[][] {
+  return r.byCategory.map((c) => [c.category, String(c.total), String(c.passed), String(c.failed), String(c.errored), percent(c.passRate)]);
+}
+
+function problemRows(r: RunReport): string[][] {
+  return r.problems.map((p) => [p.trialId, p.status, p.kind ?? "-", [p.reason, ...p.flags].filter(Boolean).join("; ") || "-", p.verifierLog]);
+}
+
+function runSections(r: RunReport, table: Table, heading: (s: string) => string): string[] {
+  const out = [...headline(r).map((l) => (table === mdTable ? `- ${l.replace(/^(\S+(?: \S+)?)\s{2,}/, "**$1** ")}` : l)), ""];
+  out.push(heading("By category"), table(["category", "trials", "passed", "failed", "errored", "pass rate"], categoryRows(r)), "");
+  if (r.problems.length > 0) {
+    out.push(heading(`Failed, errored and flagged trials (${r.problems.length})`));
+    out.push(table(["trial", "status", "error kind", "reason", "verifier log"], problemRows(r)), "");
+  }
+  return out;
+}
+
+function comparisonSections(c: ComparisonReport, table: Table, heading: (s: string) => string): string[] {
+  const { a, b, comparison: k } = c;
+  const out: string[] = [];
+  out.push(heading(`Comparison: B (${b.runId}) against A (${a.runId})`));
+  out.push(
+    table(
+      ["", "A", "B"],
+      [
+        ["run", a.runId, b.runId],
+        ["agent", a.agent + (a.model ? ` (${a.model})` : ""), b.agent + (b.model ? ` (${b.model})` : "")],
+        ["pass rate (paired trials)", percent(k.passRate.a), percent(k.passRate.b)],
+        ["mean reward over common tasks", `${fixed(k.meanReward.a.mean)} ± ${fixed(k.meanReward.a.standardError)}`, `${fixed(k.meanReward.b.mean)} ± ${fixed(k.meanReward.b.standardError)}`],
+      ],
+    ),
+    "",
+  );
+  const lines = [
+    `common tasks   ${k.commonTasks}${k.onlyInA.length ? `; only in A: ${k.onlyInA.length}` : ""}${k.onlyInB.length ? `; only in B: ${k.onlyInB.length}` : ""}`,
+    `paired trials  ${k.pairs} (${k.passRate.of})`,
+    `flips          ${k.mcnemar.failToPass} fail->pass, ${k.mcnemar.passToFail} pass->fail`,
+    `McNemar        p = ${pValue(k.mcnemar.pValue)} (${k.mcnemar.method}; ${k.mcnemar.passToFail + k.mcnemar.failToPass} discordant of ${k.mcnemar.pairs} pairs)`,
+  ];
+  if (k.rewardDifference) {
+    const d = k.rewardDifference;
+    lines.push(`reward B - A   ${d.estimate >= 0 ? "+" : ""}${fixed(d.estimate)} [${fixed(d.low)}, ${fixed(d.high)}] ${Math.round(d.confidence * 100)}% CI, p = ${pValue(d.pValue)} (${d.method}; n = ${d.n} tasks)`);
+  }
+  lines.push(`test to read   ${k.binary ? "McNemar (every reward is 0 or 1)" : "paired bootstrap (rewards are continuous)"}`);
+  out.push(...lines.map((l) => (table === mdTable ? `- ${l.replace(/^(\S+(?: \S+)*?)\s{2,}/, "**$1** ")}` : l)), "");
+  if (k.flips.length > 0) {
+    out.push(heading(`Flips (${k.flips.length})`));
+    out.push(table(["task", "attempt", "flip", "A", "B"], k.flips.map((f) => [f.taskId, String(f.attempt), f.kind === "fail_to_pass" ? "fail -> pass" : "pass -> fail", f.from, f.to])), "");
+  }
+  return out;
+}
+
+/** The terminal report: headline numbers, per-category table, and every failed/errored trial with its reason. */
+export function renderText(reports: readonly RunReport[], comparison: ComparisonReport | null = null): string {
+  const out: string[] = [];
+  const heading = (s: string) => `${s}\n${"=".repeat(s.length)}`;
+  for (const r of reports) out.push(...runSections(r, textTable, heading));
+  if (comparison) out.push(...comparisonSections(comparison, textTable, heading));
+  return `${out.join("\n").trimEnd()}\n`;
+}
+
+/** The same report as GitHub-flavoured Markdown (for PR comments and job summaries). */
+export function renderMarkdown(reports: readonly RunReport[], comparison: ComparisonReport | null = null): string {
+  const out: string[] = [];
+  for (const r of reports) out.push(`## Run ${r.runId}`, "", ...runSections(r, mdTable, (s) => `### ${s}\n`));
+  if (comparison) out.push(...comparisonSections(comparison, mdTable, (s) => `## ${s}\n`));
+  return `${out.join("\n").trimEnd()}\n`;
+}
