@@ -49,20 +49,45 @@ describe("RepoCache", () => {
   });
 
   test("the checkout holds no object of a later commit (the future fix cannot be read)", async () => {
+    // The fix lands after base, on main, on another branch and under a tag: the cache holds it all.
+    const fixed = join(root, "fixed");
+    execFileSync("git", ["init", "-q", "-b", "main", fixed]);
+    await writeFile(join(fixed, "bug.py"), "def f():\n    return 1  # BUG\n");
+    git(fixed, "add", ".");
+    git(fixed, "commit", "-qm", "base");
+    const base = git(fixed, "rev-parse", "HEAD");
+    git(fixed, "checkout", "-qb", "fix-branch");
+    await writeFile(join(fixed, "bug.py"), "def f():\n    return 2  # FUTURE-FIX-MARKER\n");
+    git(fixed, "commit", "-qam", "the fix FUTURE-FIX-MARKER");
+    git(fixed, "tag", "-a", "v1", "-m", "FUTURE-FIX-MARKER tag");
+    git(fixed, "checkout", "-q", "main");
+    git(fixed, "merge", "-q", "fix-branch");
+    const later = git(fixed, "rev-parse", "HEAD");
     const cache = new RepoCache(join(root, "cache-future"));
-    // The cache holds both commits...
-    await cache.ensure(origin, second);
-    const objects = await cache.withCheckout(origin, first, async (dir) => ({
+    await cache.ensure(fixed, later);
+    expect(git(cache.pathFor(fixed), "cat-file", "--batch-all-objects", "--batch")).toContain("FUTURE-FIX-MARKER");
+
+    const seen = await cache.withCheckout(fixed, base, async (dir) => ({
       all: git(dir, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)"),
-      reachable: git(dir, "rev-list", "--objects", "--no-object-names", "HEAD"),
+      contents: git(dir, "cat-file", "--batch-all-objects", "--batch"),
+      reachable: git(dir, "rev-list", "--objects", "--no-object-names", base),
       refs: git(dir, "for-each-ref", "--format=%(refname)"),
-      log: git(dir, "log", "--format=%H"),
+      log: git(dir, "log", "--all", "--format=%H"),
+      config: git(dir, "config", "--list", "--local"),
+      files: ["FETCH_HEAD", "ORIG_HEAD", "packed-refs", "logs", join("objects", "info", "alternates")].filter((f) => existsSync(join(dir, ".git", f))),
+      worktree: git(dir, "status", "--porcelain"),
     }));
-    const later = git(origin, "rev-list", "--objects", "--no-object-names", `${first}..${second}`).split("\n");
-    expect(objects.log).toBe(first);
-    expect(objects.refs).toBe("");
-    expect(objects.all.split("\n").sort()).toEqual(objects.reachable.split("\n").sort());
-    for (const id of later) expect(objects.all).not.toContain(id);
+    const future = git(fixed, "rev-list", "--objects", "--no-object-names", `${base}..v1`, `${base}..${later}`).split("\n");
+    expect(future.length).toBeGreaterThan(2);
+    expect(seen.log).toBe(base);
+    expect(seen.refs).toBe("");
+    expect(seen.files).toEqual([]);
+    expect(seen.worktree).toBe("");
+    expect(seen.config).not.toMatch(/remote|url|cache-future/);
+    // Every object in the checkout is reachable from base, and none of the later ones is there.
+    expect(seen.all.split("\n").sort()).toEqual(seen.reachable.split("\n").sort());
+    for (const id of future) expect(seen.all).not.toContain(id);
+    expect(seen.contents).not.toContain("FUTURE-FIX-MARKER");
   });
 
   test("a base_commit that is not a full commit id is refused before git runs (no option injection)", async () => {
@@ -74,6 +99,22 @@ describe("RepoCache", () => {
     }
     expect(existsSync(marker)).toBe(false);
     expect(existsSync(join(root, "cache-inject"))).toBe(false);
+  });
+
+  test("a repo naming a command transport (ext::) runs nothing, whatever the host's git config allows", async () => {
+    const cache = new RepoCache(join(root, "cache-ext"));
+    const marker = join(root, "pwned-ext");
+    const url = `ext::sh -c touch% ${marker}`;
+    const saved = process.env.GIT_CONFIG_PARAMETERS;
+    // As if the host's config allowed every protocol: Proctor's own allowlist still wins.
+    process.env.GIT_CONFIG_PARAMETERS = "'protocol.allow'='always'";
+    try {
+      await expect(cache.ensure(url, first)).rejects.toThrow(WorkspaceError);
+    } finally {
+      if (saved === undefined) delete process.env.GIT_CONFIG_PARAMETERS;
+      else process.env.GIT_CONFIG_PARAMETERS = saved;
+    }
+    expect(existsSync(marker)).toBe(false);
   });
 
   test("an unknown commit or repository is a WorkspaceError naming it", async () => {

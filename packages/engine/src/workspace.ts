@@ -10,6 +10,12 @@ import { WorkspaceError } from "./errors";
 
 const run = promisify(execFile);
 
+/**
+ * Transports git may use for a task's repo, whatever the host's git config says: never `ext::`
+ * (it runs a command) or other helpers a task could name.
+ */
+const ALLOWED_PROTOCOLS = "file:git:http:https:ssh";
+
 /** Where a workspace repo string points: a URL git understands, or an absolute local path. */
 export function repoUrl(repo: string, baseDir = process.cwd()): string {
   if (/^[a-z][a-z0-9+.-]*:\/\//i.test(repo) || /^[^/]+@[^:]+:/.test(repo)) return repo;
@@ -26,7 +32,7 @@ async function git(args: string[], options: { cwd?: string; timeoutMs?: number; 
     timeout: options.timeoutMs,
     signal: options.signal,
     maxBuffer: 16 * 1024 * 1024,
-    env: { ...process.env, GIT_TERMINAL_PROMPT: "0", GIT_ASKPASS: "true" },
+    env: { ...process.env, GIT_TERMINAL_PROMPT: "0", GIT_ASKPASS: "true", GIT_ALLOW_PROTOCOL: ALLOWED_PROTOCOLS },
   });
   return stdout;
 }
@@ -112,9 +118,13 @@ export class RepoCache {
         await git(["init", "--quiet", "--end-of-options", dir], options);
         // The cache is ours: let its upload-pack serve the exact commit (not only branch tips).
         await git(["-c", "uploadpack.allowAnySHA1InWant=true", "fetch", "--quiet", "--depth=1", "--no-tags", `file://${bare}`, "--end-of-options", commit], { ...options, cwd: dir });
-        // checkout takes no --end-of-options; the id was checked to be hex above.
-        await git(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit], { ...options, cwd: dir });
+        // checkout takes no --end-of-options: give it the constant FETCH_HEAD, then confirm HEAD.
+        await git(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", "FETCH_HEAD"], { ...options, cwd: dir });
+        const head = (await git(["rev-parse", "--verify", "HEAD^{commit}"], { ...options, cwd: dir })).trim();
+        if (head.toLowerCase() !== commit.toLowerCase()) throw new Error(`the checkout is at ${head}, not ${commit}`);
+        // Nothing that names the cache or another commit: no FETCH_HEAD, no reflog.
         await rm(join(dir, ".git", "FETCH_HEAD"), { force: true });
+        await rm(join(dir, ".git", "logs"), { recursive: true, force: true });
       } catch (error) {
         throw new WorkspaceError(`cannot check out ${commit} of ${url}: ${describe(error)}`, url, { cause: error });
       }
