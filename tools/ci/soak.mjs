@@ -260,7 +260,12 @@ try {
     const runDir = join(workDir, `run-${run}`);
     mkdirSync(runDir, { recursive: true });
     const started = Date.now();
-    const results = await pool(projects, parallel, (project) => runProject(project, runDir, options));
+    const results = await pool(projects, parallel, async (project) => {
+      const result = await runProject(project, runDir, options);
+      const mark = result.failures.length === 0 ? "ok" : `${result.failures.length} FAILED`;
+      console.log(`soak:   run ${run} ${project.root}: ${mark} (${result.passed} passed, ${result.failed} failed, ${result.skipped} skipped, ${result.seconds.toFixed(0)} s)`);
+      return result;
+    });
     const totals = results.reduce((t, r) => ({ passed: t.passed + r.passed, failed: t.failed + r.failed, skipped: t.skipped + r.skipped }), { passed: 0, failed: 0, skipped: 0 });
     const runFailures = results.flatMap((r) => r.failures);
     for (const failure of runFailures) {

@@ -86,14 +86,16 @@ describe.skipIf(!run)("DockerRuntime.resolveImage", () => {
   });
 
   it("a build past buildTimeoutMs is cancelled and explained", async () => {
-    const dir = await context(`FROM ${BUSYBOX}\nRUN sleep 60`);
+    // A sleep unique to this test process (4 digits): the container listing below is daemon-wide.
+    const sleep = `sleep ${1000 + (process.pid % 9000)}`;
+    const dir = await context(`FROM ${BUSYBOX}\nRUN ${sleep}`);
     const started = Date.now();
     const error = await runtime.resolveImage({ image: null, buildContext: dir, buildTimeoutMs: 1500 }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(ImageError);
     expect((error as Error).message).toMatch(/took longer than 1500 ms/);
     expect(Date.now() - started).toBeLessThan(30_000);
     // The daemon cancelled the build too: its RUN container goes away well before the sleep ends.
-    const building = async () => (await docker.listContainers({ all: true })).filter((c) => c.Command.includes("sleep 60"));
+    const building = async () => (await docker.listContainers({ all: true })).filter((c) => c.Command.includes(sleep));
     await until(async () => (await building()).length === 0, 20_000, 200);
     expect(await building()).toEqual([]);
   });

@@ -7,6 +7,8 @@ import { afterAll, beforeAll, expect, it } from "vitest";
 import { LocalRuntime } from "./local";
 
 let rootDir: string;
+/** A sleep duration unique to this test process: livePids() looks machine-wide, and another run of the suite may be going on. */
+const SECONDS = String(2_000_000 + (process.pid % 100_000) * 10);
 
 beforeAll(async () => {
   rootDir = await mkdtemp(join(tmpdir(), "proctor-reap-test-"));
@@ -38,7 +40,7 @@ async function waitFor(check: () => boolean, timeoutMs: number): Promise<boolean
 it("reap removes the root of an owner killed with -9, and the processes it left", async () => {
   const child = spawn(
     process.execPath,
-    ["--conditions=@proctor/source", "--import", "tsx", join(import.meta.dirname, "fixtures/owner-child.ts"), rootDir, "987660"],
+    ["--conditions=@proctor/source", "--import", "tsx", join(import.meta.dirname, "fixtures/owner-child.ts"), rootDir, SECONDS],
     { stdio: ["ignore", "pipe", "inherit"] },
   );
   const root = await new Promise<string>((resolve, reject) => {
@@ -51,7 +53,7 @@ it("reap removes the root of an owner killed with -9, and the processes it left"
     child.once("exit", (code) => reject(new Error(`owner child exited early with ${code}`)));
   });
   // The child prints the root on "started", just before its shell execs the sleep: wait for it.
-  expect(await waitFor(() => livePids("sleep 987660").length === 1, 20_000)).toBe(true);
+  expect(await waitFor(() => livePids(`sleep ${SECONDS}`).length === 1, 20_000)).toBe(true);
 
   // A sandbox whose owner (this process) is alive must survive the reap.
   const runtime = new LocalRuntime({ rootDir });
@@ -61,12 +63,12 @@ it("reap removes the root of an owner killed with -9, and the processes it left"
   child.kill("SIGKILL");
   await exited;
   expect(existsSync(root)).toBe(true);
-  expect(livePids("sleep 987660")).toHaveLength(1); // the owner's death alone does not stop it
+  expect(livePids(`sleep ${SECONDS}`)).toHaveLength(1); // the owner's death alone does not stop it
 
   expect(await runtime.reap()).toBe(1);
   expect(existsSync(root)).toBe(false);
-  await waitFor(() => livePids("sleep 987660").length === 0, 20_000);
-  expect(livePids("sleep 987660")).toEqual([]);
+  await waitFor(() => livePids(`sleep ${SECONDS}`).length === 0, 20_000);
+  expect(livePids(`sleep ${SECONDS}`)).toEqual([]);
 
   expect(await runtime.reap()).toBe(0);
   expect((await mine.exec(["true"])).exitCode).toBe(0);
