@@ -5,3 +5,8 @@ export { oracleAgent, nopAgent } from "./builtin";
 export { codeAgent, resolveEntrypoint, ENTRYPOINT_FILES } from "./code";
 export { execLogged, DEFAULT_LOG_CAP_BYTES } from "./capture";
 export { AgentError, AgentConfigError, AgentSetupError, MissingSolutionError, RunFatalAgentError } from "./errors";
+export type { LlmAgentOptions } from "./llm";
+export { llmAgent, llmAgentFromSpec, DEFAULT_MAX_TURNS } from "./llm";
+export { LLM_TOOLS, DEFAULT_TOOL_OUTPUT_BYTES, DEFAULT_BASH_TIMEOUT_SEC } from "./llm-tools";
+export { ATIF_SCHEMA_VERSION } from "./llm-trajectory";
+export type { StopReason } from "./llm-trajectory";

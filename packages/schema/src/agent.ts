@@ -5,6 +5,22 @@ export const AgentSpec = z.discriminatedUnion("kind", [
   z.object({ kind: z.literal("nop") }),
   /** A host directory uploaded to /agent and started by its entrypoint. */
   z.object({ kind: z.literal("code"), dir: z.string() }),
+  /**
+   * The built-in tool loop over an OpenAI-compatible chat-completions endpoint. `apiKeyEnv` is
+   * the NAME of the env var holding the key (read in the engine process only); the key itself
+   * is never part of a spec, so never of run.json.
+   */
+  z.object({
+    kind: z.literal("llm"),
+    model: z.string().min(1),
+    baseUrl: z.string().url(),
+    apiKeyEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name"),
+    maxTurns: z.number().int().positive().optional(),
+    temperature: z.number().min(0).max(2).optional(),
+    maxOutputTokens: z.number().int().positive().optional(),
+    /** Most model requests in flight at once across the run's trials (adaptive below it). */
+    llmConcurrency: z.number().int().positive().optional(),
+  }),
   /** An Agent object a library user passed to the engine; recorded by its name. */
   z.object({ kind: z.literal("custom"), name: z.string() }),
 ]);

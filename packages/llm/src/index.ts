@@ -1,0 +1,18 @@
+export type { ChatModel, ChatMessage, AssistantMessage, ChatRequest, ChatCompletion, CompleteOptions, ToolCall, ToolDefinition, TokenUsage } from "./types";
+export type { OpenAIChatModelOptions } from "./client";
+export type { Clock, RetryPolicy } from "./retry";
+export type { AdaptiveLimiterOptions, LimiterStats } from "./limiter";
+export type { ScriptedReply, ScriptedRequest, ScriptedServer, ScriptedServerOptions, ScriptedUsage } from "./scripted-server";
+export { OpenAIChatModel, DEFAULT_BASE_URL, DEFAULT_API_KEY_ENV } from "./client";
+export { AdaptiveLimiter } from "./limiter";
+export { DEFAULT_RETRY_POLICY, parseRetryAfter, backoffDelay, systemClock } from "./retry";
+export { startScriptedModelServer } from "./scripted-server";
+export {
+  LlmError,
+  LlmHttpError,
+  LlmAuthError,
+  LlmModelNotFoundError,
+  LlmContextLengthError,
+  LlmRetriesExhaustedError,
+  LlmResponseError,
+} from "./errors";
