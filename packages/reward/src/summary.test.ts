@@ -163,4 +163,23 @@ describe("summarize", () => {
     const s = summarize({ ...base, now: "2024-12-31T23:59:59.000Z", results: [], plannedTrials: 0, attempts: 1 });
     expect(s.durationMs).toBe(0);
   });
+
+  it("sums model usage over the trials that report it, and leaves it out when none do", () => {
+    const usage = (inputTokens: number, outputTokens: number, requests: number, retries: number) => ({
+      exitCode: 0,
+      timedOut: false,
+      name: "llm",
+      model: "m",
+      usage: { inputTokens, outputTokens, requests, retries },
+    });
+    const results = [
+      trial({ taskId: "a", status: "passed", agent: usage(100, 10, 3, 1) }),
+      trial({ taskId: "b", status: "failed", agent: usage(50, 5, 2, 0) }),
+      trial({ taskId: "c", status: "error", agent: null }),
+    ];
+    const s = summarize({ ...base, results, plannedTrials: 3, attempts: 1 });
+    expect(s.usage).toEqual({ inputTokens: 150, outputTokens: 15, requests: 5, retries: 1, trials: 2 });
+    expect(RunSummary.parse(s).usage).toEqual(s.usage);
+    expect(summarize({ ...base, results: [trial({ taskId: "a", status: "passed" })], plannedTrials: 1, attempts: 1 }).usage).toBeUndefined();
+  });
 });

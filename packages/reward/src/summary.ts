@@ -104,6 +104,22 @@ export function passAtK(results: readonly TrialResult[], attempts: number): Reco
   return out;
 }
 
+/** Model usage summed over the trials whose agent reported it; nothing when none did. */
+function usageTotals(results: readonly TrialResult[]): Pick<RunSummary, "usage"> {
+  const withUsage = results.filter((r) => r.agent?.usage);
+  if (withUsage.length === 0) return {};
+  const usage = { inputTokens: 0, outputTokens: 0, requests: 0, retries: 0, trials: withUsage.length };
+  for (const r of withUsage) {
+    const u = r.agent?.usage;
+    if (!u) continue;
+    usage.inputTokens += u.inputTokens;
+    usage.outputTokens += u.outputTokens;
+    usage.requests += u.requests;
+    usage.retries += u.retries;
+  }
+  return { usage };
+}
+
 /** Aggregates finished trials into summary.json. Every rate carries its numerator, denominator and what it counts. */
 export function summarize(input: SummarizeInput): RunSummary {
   const results = latestResults(input.results);
@@ -145,6 +161,7 @@ export function summarize(input: SummarizeInput): RunSummary {
       tampered: results.filter((r) => (r.integrity?.tampered.length ?? 0) > 0).length,
       unchecked: results.filter((r) => r.integrity !== undefined && r.integrity !== null && !r.integrity.tamperChecked).length,
     },
+    ...usageTotals(results),
     startedAt,
     updatedAt,
     durationMs: Math.max(0, Date.parse(updatedAt) - Date.parse(startedAt)),

@@ -145,6 +145,10 @@ export const RunSummary = z.object({
   startedAt: z.string(),
   updatedAt: z.string(),
   durationMs: z.number().nonnegative(),
+  /** Model usage summed over finished trials whose agent reported it (model-driven agents only). */
+  usage: z
+    .object({ inputTokens: z.number(), outputTokens: z.number(), requests: z.number(), retries: z.number(), trials: z.number().int() })
+    .optional(),
   /** Why a run with status "failed" stopped (a fatal agent error such as a rejected model key). */
   error: z.string().optional(),
 });
