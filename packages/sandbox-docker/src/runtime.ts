@@ -22,7 +22,7 @@ import { WarmPool } from "./pool";
 import { DockerSandbox } from "./sandbox";
 import { DOCKER_CAPABILITIES } from "./capabilities";
 import { READY, SETUP_FAILED, startAndWaitReady } from "./ready";
-import { startWatchdog } from "./watchdog";
+import { watchOwner } from "./watchdog";
 import { TOOLCHAIN_DIR, TRUSTED_BUSYBOX, ensureToolchainVolume } from "./toolchain";
 
 export interface DockerRuntimeOptions {
@@ -41,7 +41,8 @@ export interface DockerRuntimeOptions {
   lifetimeStepMs?: number;
   /**
    * Start a detached watchdog with the first sandbox that removes this owner's containers within
-   * seconds of the owner dying (kill -9 included). Default true; off only to test reap() itself.
+   * seconds of the owner dying (kill -9 included); started again by a later create() if it died.
+   * Default true; off only to test reap() itself.
    */
   watchdog?: boolean;
 }
@@ -111,7 +112,7 @@ export class DockerRuntime implements SandboxRuntime {
   readonly capabilities = DOCKER_CAPABILITIES;
   private toolchainVolume: Promise<string> | undefined;
   private readonly lifetimeStepMs: number;
-  private watchdogStarted = false;
+  private readonly watchdog: boolean;
   readonly docker: Dockerode;
   readonly ownerId: string;
   private readonly logger: Logger;
@@ -127,7 +128,7 @@ export class DockerRuntime implements SandboxRuntime {
     this.logger = options.logger ?? silentLogger;
     this.ownerId = options.ownerId ?? currentOwnerLabel();
     this.lifetimeStepMs = options.lifetimeStepMs ?? DEFAULT_LIFETIME_STEP_MS;
-    this.watchdogStarted = options.watchdog === false;
+    this.watchdog = options.watchdog !== false;
     this.images = new ImageResolver(this.docker, this.logger);
     this.pool = new WarmPool<DockerSandbox>({
       max: options.warmPool ?? DEFAULT_WARM_POOL,
@@ -209,16 +210,9 @@ export class DockerRuntime implements SandboxRuntime {
     this.removals.add(tracked);
   }
 
-  /** Once per process: a detached watchdog removes this owner's containers if the owner dies (kill -9 included). */
+  /** A detached watchdog (one per owner, see watchdog.ts) removes this owner's containers if the owner dies (kill -9 included). */
   private async ensureWatchdog(): Promise<void> {
-    if (this.watchdogStarted) return;
-    this.watchdogStarted = true;
-    const owner = parseOwner(this.ownerId);
-    if (!owner || owner.pid !== process.pid) return; // someone else's label: they watch their own
-    // docker-modem keeps either a path or a function that finds the default socket.
-    const configured = (this.docker.modem as { socketPath?: unknown }).socketPath;
-    const socketPath = typeof configured === "function" ? await (configured as () => Promise<unknown>)().catch(() => undefined) : configured;
-    startWatchdog({ socketPath: typeof socketPath === "string" ? socketPath : undefined, ownerLabel: this.ownerId, ownerPid: owner.pid, ownerStart: owner.startTime, logger: this.logger });
+    if (this.watchdog) await watchOwner(this.docker, this.ownerId, this.logger);
   }
 
   private async createSandbox(options: SandboxCreateOptions): Promise<Sandbox> {
