@@ -1,6 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { Keypair, encodeAddress, hashToken } from "@proctor/auth";
+import { Keypair, encodeAddress, hashToken, signRequest } from "@proctor/auth";
+import { request } from "undici";
 import { expect, test } from "vitest";
 import { uploadArchive } from "./client";
 import { ALICE, BOB, call, collectWs, makeArchive, startTestServer } from "./test-support";
@@ -40,8 +41,6 @@ test("a batch belongs to the hotkey that submitted it: others get 404 everywhere
     expect((await call(server.url, "GET", `/batch/${a}`)).body).toMatchObject({ batch_id: a, submitted_by: ALICE.address });
     // The same key under another SS58 prefix is the same owner.
     const aliceOtherPrefix = encodeAddress(ALICE.publicKey, 0);
-    const { signRequest } = await import("@proctor/auth");
-    const { request } = await import("undici");
     const other = await request(new URL(`/batch/${a}`, server.url), { headers: { ...signRequest({ keypair: ALICE, body: "" }), "Epistula-Signed-By": aliceOtherPrefix } });
     expect(other.statusCode).toBe(200);
     await other.body.dump();
