@@ -1,4 +1,4 @@
-import { execFileSync } from "node:child_process";
+import { execFileSync, type ChildProcess } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -58,8 +58,8 @@ async function poll(check: () => boolean, timeoutMs: number): Promise<boolean> {
   return check();
 }
 
-describe.skipIf(!docker)("kill -9 of proctor run", () => {
-  test("its containers are gone within 60 s with nothing else run", async () => {
+describe.skipIf(!docker)("kill -9 of the CLI or the server", () => {
+  test("kill -9 of proctor run mid-run: its containers are gone within 60 s with nothing else run", async () => {
     const tasks = join(root, "tasks");
     for (const id of ["slow-a", "slow-b"]) await slowTask(join(tasks, id));
     const runId = `crash-reap-${process.pid}-${Date.now()}`;
@@ -87,5 +87,64 @@ describe.skipIf(!docker)("kill -9 of proctor run", () => {
     // And the watchdog is gone too once it has confirmed it.
     expect(await poll(() => watchdogsOfPid(child.pid as number).length === 0, 20_000)).toBe(true);
     expect(existsSync(join(root, "runs", runId, "run.json"))).toBe(true);
+  }, 240_000);
+
+  test("kill -9 of proctor serve mid-batch: its containers are gone within 60 s with nothing else run", async () => {
+    const alice = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY";
+    const repo = join(root, "repo");
+    await mkdir(repo, { recursive: true });
+    const git = (...a: string[]) => execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@t", ...a], { cwd: repo }).toString().trim();
+    git("init", "-q");
+    await writeFile(join(repo, "f.txt"), "v1\n");
+    git("add", ".");
+    git("commit", "-qm", "init");
+    const sub = join(root, "sub");
+    for (const id of ["slow-a", "slow-b"]) {
+      await mkdir(join(sub, "tasks", id, "tests"), { recursive: true });
+      await writeFile(join(sub, "tasks", id, "workspace.yaml"), `repo: ${repo}\nbase_commit: ${git("rev-parse", "HEAD")}\n`);
+      await writeFile(join(sub, "tasks", id, "prompt.md"), "Take your time.\n");
+      await writeFile(join(sub, "tasks", id, "tests", "check.sh"), "true\n");
+    }
+    await mkdir(join(sub, "agent_code"), { recursive: true });
+    await writeFile(join(sub, "agent_code", "run.sh"), "#!/bin/bash\nsleep 300\n", { mode: 0o755 });
+    const archive = join(root, "sub.tar.gz");
+    execFileSync("tar", ["-czf", archive, "-C", sub, "."]);
+
+    const server = spawnProctor(["serve", "--port", "0", "--data-dir", join(root, "data"), "--runtime", "docker", "--allow-local-repos"], { PROCTOR_HOTKEYS: alice });
+    const serverDone = finish(server);
+    let client: ChildProcess | undefined;
+    const ownedByServer = () =>
+      execFileSync("docker", ["ps", "-a", "--filter", "label=proctor.managed=true", "--format", '{{.ID}} {{.Label "proctor.owner"}}'])
+        .toString()
+        .split("\n")
+        .filter((line) => line.split(" ")[1]?.split(":").at(-2) === String(server.pid));
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        let seen = "";
+        server.stderr?.on("data", (c: Buffer) => {
+          seen += c.toString();
+          const m = /listening on (http:\/\/\S+)/.exec(seen);
+          if (m?.[1]) resolve(m[1]);
+        });
+        void serverDone.then((r) => reject(new Error(`serve exited ${r.code}: ${seen}`)));
+      });
+      client = spawnProctor(["submit", archive, "--server", url, "-n", "2"], { PROCTOR_HOTKEY_URI: "//Alice" });
+      const clientDone = finish(client);
+      const up = await poll(() => ownedByServer().length >= 2, 120_000);
+      expect(up, (await Promise.race([clientDone, Promise.resolve(null)]))?.stderr ?? "the batch still runs").toBe(true);
+    } catch (error) {
+      server.kill("SIGKILL");
+      client?.kill("SIGKILL");
+      throw error;
+    }
+
+    const killedAt = Date.now();
+    server.kill("SIGKILL");
+    expect((await serverDone).code).toBeNull();
+    client?.kill("SIGKILL");
+    const gone = await poll(() => ownedByServer().length === 0, 60_000);
+    const tookMs = Date.now() - killedAt;
+    console.log(`crash-reap: 0 containers ${tookMs} ms after kill -9 of proctor serve`);
+    expect(gone, `still there after 60 s: ${ownedByServer().join(", ")}`).toBe(true);
   }, 240_000);
 });
