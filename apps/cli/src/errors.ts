@@ -23,3 +23,6 @@ export class RuntimeMissingError extends CliError {
 }
 
 export const EXIT_INTERRUPTED = 130;
+
+/** The run stopped on an error no trial can avoid (a rejected model key, an unknown model); finished trials are kept. */
+export const EXIT_FATAL_AGENT = 4;

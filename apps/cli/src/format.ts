@@ -54,6 +54,12 @@ export function renderSummary(summary: RunSummary): string {
     ].filter(Boolean);
     lines.push(`integrity      ${parts.join("; ")}`);
   }
+  if (summary.usage) {
+    const u = summary.usage;
+    const n = (x: number) => x.toLocaleString("en-US");
+    lines.push(`tokens         ${n(u.inputTokens)} in, ${n(u.outputTokens)} out (${n(u.requests)} model requests, ${n(u.retries)} retried, over ${u.trials} trials)`);
+  }
+  if (summary.error) lines.push(`stopped        ${summary.error}`);
   if (t.total < t.planned) lines.push(`unfinished     ${t.planned - t.total} of ${t.planned} planned trials`);
   lines.push(`status         ${summary.status} in ${formatDuration(summary.durationMs)}`);
   return lines.join("\n");

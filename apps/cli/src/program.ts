@@ -6,10 +6,10 @@ import { reportCommand } from "./commands/report";
 import { serveCommand } from "./commands/serve";
 import { submitCommand } from "./commands/submit";
 import { EngineError, RunStorageError } from "@proctor/engine";
-import { AgentConfigError } from "@proctor/agents";
+import { AgentConfigError, RunFatalAgentError } from "@proctor/agents";
 import { RuntimeUnavailableError } from "@proctor/sandbox";
 import { ClientError, ServerConfigError } from "@proctor/server";
-import { CliError } from "./errors";
+import { CliError, EXIT_FATAL_AGENT } from "./errors";
 import { stderrLogger } from "./logger";
 import packageJson from "../package.json" with { type: "json" };
 
@@ -41,7 +41,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .command("run")
     .description("run an agent on tasks: a task dir, a dir of task dirs, or an archive (.zip/.tar.gz)")
     .argument("[source...]", "task sources (optional with --resume)")
-    .option("-a, --agent <agent>", "oracle | nop | <agent-dir> (default: the archive's agent_code, else oracle)")
+    .option("-a, --agent <agent>", "oracle | nop | llm | <agent-dir> (default: the archive's agent_code, else oracle)")
     .addOption(new Option("--runtime <runtime>", "sandbox runtime").choices(["auto", "docker", "local"]).default("auto"))
     .option("-n, --concurrency <n>", "trials at once", positiveInt("--concurrency"), 4)
     .option("-k, --attempts <k>", "attempts per task", positiveInt("--attempts"), 1)
@@ -55,6 +55,17 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--default-image <image>", "image for tasks that name none (default on Docker: proctor/base:bookworm)")
     .option("--isolate-verifier", "no agent process may be alive when the verifier starts, for every task (default: each task decides)")
     .option("--no-isolate-verifier", "let agent processes live through verification, for every task (trusted agents; listed and flagged)")
+    .option("--model <name>", "--agent llm: the model to evaluate (required with --agent llm)")
+    .option("--base-url <url>", "--agent llm: OpenAI-compatible base URL (default: $OPENAI_BASE_URL, else https://api.openai.com/v1)")
+    .option("--api-key-env <var>", "--agent llm: NAME of the env var holding the API key (default OPENAI_API_KEY)")
+    .option("--max-turns <n>", "--agent llm: model requests per trial", positiveInt("--max-turns"))
+    .option("--temperature <t>", "--agent llm: sampling temperature (0-2)", (v) => {
+      const n = Number(v);
+      if (v.trim() === "" || !Number.isFinite(n) || n < 0 || n > 2) throw new InvalidArgumentError(`--temperature must be a number from 0 to 2, got "${v}"`);
+      return n;
+    })
+    .option("--max-output-tokens <n>", "--agent llm: max_tokens per model reply", positiveInt("--max-output-tokens"))
+    .option("--llm-concurrency <n>", "--agent llm: most model requests in flight (shrinks on 429s, grows back)", positiveInt("--llm-concurrency"))
     .option("--json", "print summary.json on stdout", false)
     .action(async (sources: string[], o) => {
       setExitCode(
@@ -73,6 +84,15 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
           timeoutMultiplier: o.timeoutMultiplier,
           defaultImage: o.defaultImage,
           isolateVerifier: o.isolateVerifier,
+          llm: {
+            model: o.model,
+            baseUrl: o.baseUrl,
+            apiKeyEnv: o.apiKeyEnv,
+            maxTurns: o.maxTurns,
+            temperature: o.temperature,
+            maxOutputTokens: o.maxOutputTokens,
+            llmConcurrency: o.llmConcurrency,
+          },
           json: o.json,
           logger,
         }),
@@ -173,6 +193,11 @@ export async function main(argv: string[]): Promise<number> {
     if (error instanceof CliError) {
       process.stderr.write(`proctor: ${error.message}\n`);
       return error.exitCode;
+    }
+    // The agent cannot work at all (a rejected model key, an unknown model): finished trials are kept.
+    if (error instanceof RunFatalAgentError) {
+      process.stderr.write(`proctor: the run stopped: ${error.message}\n`);
+      return EXIT_FATAL_AGENT;
     }
     // Errors the engine raises before any trial starts: the user's input, or the runtime.
     if (error instanceof RunStorageError) {

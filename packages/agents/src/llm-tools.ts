@@ -174,7 +174,8 @@ export async function runTool(call: Exclude<ParsedToolCall, { ok: false }>, env:
       const timeoutMs = Math.min(left, Math.round((call.args.timeout_sec ?? DEFAULT_BASH_TIMEOUT_SEC) * 1000));
       const out = new HeadTail(env.maxOutputBytes);
       const result = await sandbox.exec(
-        { shell: call.args.command },
+        // bash -c where the image has bash (what the tool promises), else sh -c; the command is $0, never re-quoted.
+        ["/bin/sh", "-c", 'if command -v bash >/dev/null 2>&1; then exec bash -c "$0"; else exec sh -c "$0"; fi', call.args.command],
         { cwd: sandbox.workdir, timeoutMs, signal: env.signal, onStdout: (c) => out.push(c), onStderr: (c) => out.push(c), maxOutputBytes: 1024 },
       );
       const status = result.timedOut

@@ -117,6 +117,19 @@ describe("RepoCache", () => {
     expect(existsSync(marker)).toBe(false);
   });
 
+  test("a SHA-256 repository (64-digit base_commit) is cached and checked out too", async () => {
+    const repo = join(root, "sha256");
+    execFileSync("git", ["init", "-q", "--object-format=sha256", "-b", "main", repo]);
+    await writeFile(join(repo, "a.txt"), "sha256\n");
+    git(repo, "add", ".");
+    git(repo, "commit", "-qm", "one");
+    const commit = git(repo, "rev-parse", "HEAD");
+    expect(commit).toMatch(/^[0-9a-f]{64}$/);
+    const cache = new RepoCache(join(root, "cache-sha256"));
+    const seen = await cache.withCheckout(repo, commit, async (dir) => ({ head: git(dir, "rev-parse", "HEAD"), content: await readFile(join(dir, "a.txt"), "utf8") }));
+    expect(seen).toEqual({ head: commit, content: "sha256\n" });
+  });
+
   test("an unknown commit or repository is a WorkspaceError naming it", async () => {
     const cache = new RepoCache(join(root, "cache2"));
     await expect(cache.ensure(origin, "0".repeat(40))).rejects.toThrow(WorkspaceError);

@@ -44,6 +44,11 @@ function assertCommitId(commit: string, url: string): void {
   }
 }
 
+/** A 64-digit id names a SHA-256 repository: the cache and the checkout must be one too. */
+function objectFormat(commit: string): "sha1" | "sha256" {
+  return commit.length === 64 ? "sha256" : "sha1";
+}
+
 function describe(error: unknown): string {
   const e = error as { stderr?: string; message?: string };
   return (e.stderr?.trim() || e.message || String(error)).split("\n").slice(-3).join(" | ");
@@ -79,7 +84,7 @@ export class RepoCache {
       const has = () => git(["--git-dir", bare, "cat-file", "-e", "--end-of-options", `${commit}^{commit}`], options).then(() => true, () => false);
       if (!existsSync(join(bare, "HEAD"))) {
         await mkdir(this.dir, { recursive: true });
-        await git(["init", "--quiet", "--bare", "--end-of-options", bare], options);
+        await git(["init", "--quiet", "--bare", `--object-format=${objectFormat(commit)}`, "--end-of-options", bare], options);
         await git(["--git-dir", bare, "remote", "add", "--end-of-options", "origin", url], options);
       } else if (await has()) {
         return bare;
@@ -115,7 +120,7 @@ export class RepoCache {
     const dir = join(parent, "repo");
     try {
       try {
-        await git(["init", "--quiet", "--end-of-options", dir], options);
+        await git(["init", "--quiet", `--object-format=${objectFormat(commit)}`, "--end-of-options", dir], options);
         // The cache is ours: let its upload-pack serve the exact commit (not only branch tips).
         await git(["-c", "uploadpack.allowAnySHA1InWant=true", "fetch", "--quiet", "--depth=1", "--no-tags", `file://${bare}`, "--end-of-options", commit], { ...options, cwd: dir });
         // checkout takes no --end-of-options: give it the constant FETCH_HEAD, then confirm HEAD.

@@ -3,9 +3,10 @@ import { existsSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
 import type { AgentSpec, Logger, RunSummary, TaskSpec } from "@proctor/schema";
+import { DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL } from "@proctor/llm";
 import { readRunConfig, startRun } from "@proctor/engine";
 import { loadTasks } from "@proctor/tasks";
-import { UsageError, EXIT_INTERRUPTED } from "../errors";
+import { UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
 import { createProgress } from "../progress";
 import { renderSummary } from "../format";
@@ -27,6 +28,8 @@ export interface RunCommandOptions {
   defaultImage?: string;
   /** --isolate-verifier (true) / --no-isolate-verifier (false); undefined: each task decides. */
   isolateVerifier?: boolean;
+  /** --agent llm flags (--model, --base-url, ...); only --agent llm may use them. */
+  llm?: LlmFlags;
   json: boolean;
   logger: Logger;
   /** Where progress and the table go; stdout gets only summary.json with --json. */
@@ -35,13 +38,54 @@ export interface RunCommandOptions {
   signal?: AbortSignal;
 }
 
-export function parseAgent(value: string | undefined, archiveAgentDir: string | null): AgentSpec {
+export interface LlmFlags {
+  model?: string;
+  baseUrl?: string;
+  apiKeyEnv?: string;
+  maxTurns?: number;
+  temperature?: number;
+  maxOutputTokens?: number;
+  llmConcurrency?: number;
+}
+
+/**
+ * The llm AgentSpec from flags: base URL from --base-url, else $OPENAI_BASE_URL, else OpenAI;
+ * the key's env var NAME from --api-key-env (default OPENAI_API_KEY). The key is not read here.
+ */
+export function llmSpec(flags: LlmFlags, env: NodeJS.ProcessEnv = process.env): AgentSpec {
+  if (!flags.model) throw new UsageError("--agent llm needs --model NAME (e.g. --model gpt-4.1-mini, or the name your vLLM server serves)");
+  const baseUrl = flags.baseUrl ?? (env.OPENAI_BASE_URL || DEFAULT_BASE_URL);
+  try {
+    const url = new URL(baseUrl);
+    if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error("not http(s)");
+  } catch {
+    throw new UsageError(`--base-url must be an http(s) URL such as http://127.0.0.1:8000/v1, got "${baseUrl}"${flags.baseUrl === undefined ? " (from $OPENAI_BASE_URL)" : ""}`);
+  }
+  const apiKeyEnv = flags.apiKeyEnv ?? DEFAULT_API_KEY_ENV;
+  if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(apiKeyEnv)) {
+    throw new UsageError(`--api-key-env takes the NAME of an environment variable (e.g. OPENROUTER_API_KEY), not the key itself; got a value that is not a variable name`);
+  }
+  return {
+    kind: "llm",
+    model: flags.model,
+    baseUrl,
+    apiKeyEnv,
+    ...(flags.maxTurns !== undefined ? { maxTurns: flags.maxTurns } : {}),
+    ...(flags.temperature !== undefined ? { temperature: flags.temperature } : {}),
+    ...(flags.maxOutputTokens !== undefined ? { maxOutputTokens: flags.maxOutputTokens } : {}),
+    ...(flags.llmConcurrency !== undefined ? { llmConcurrency: flags.llmConcurrency } : {}),
+  };
+}
+
+export function parseAgent(value: string | undefined, archiveAgentDir: string | null, llm: LlmFlags = {}): AgentSpec {
+  const llmFlags = Object.entries(llm).filter(([, v]) => v !== undefined).map(([k]) => `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`);
+  if (value === "llm") return llmSpec(llm);
+  if (llmFlags.length > 0) throw new UsageError(`${llmFlags.join(", ")} only go with --agent llm`);
   if (value === undefined) {
     if (archiveAgentDir) return { kind: "code", dir: archiveAgentDir };
     return { kind: "oracle" };
   }
   if (value === "oracle" || value === "nop") return { kind: value };
-  if (value === "llm") throw new UsageError("--agent llm is not available yet; use oracle, nop or an agent directory");
   const dir = resolve(value);
   if (!existsSync(dir)) {
     throw new UsageError(`--agent ${value}: not oracle, nop or llm, and no such directory`);
@@ -71,6 +115,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   let multiplier = options.timeoutMultiplier;
   let defaultImage = options.defaultImage;
   let isolateVerifier = options.isolateVerifier;
+  let llmFlags: LlmFlags = options.llm ?? {};
 
   if (options.resume) {
     const runDir = resolve(options.resume);
@@ -82,6 +127,10 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     if (sources.length === 0) {
       sources = previous.sources;
       agentArg ??= previous.agent.kind === "code" ? previous.agent.dir : previous.agent.kind;
+      if (previous.agent.kind === "llm" && agentArg === "llm") {
+        const { kind: _kind, ...stored } = previous.agent;
+        llmFlags = { ...stored, ...Object.fromEntries(Object.entries(llmFlags).filter(([, v]) => v !== undefined)) };
+      }
       runtimeArg = previous.runtime;
       attempts = previous.attempts;
       multiplier = previous.timeoutMultiplier;
@@ -103,7 +152,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   const tasks: TaskSpec[] = loaded.tasks;
   if (tasks.length === 0) throw new UsageError(`no tasks matched in ${sources.join(", ")}${options.include.length || options.exclude.length || options.tasksFile ? " after --include/--exclude/--tasks-file" : ""}`);
 
-  const agent = parseAgent(agentArg, prepared.agentDir);
+  const agent = parseAgent(agentArg, prepared.agentDir, llmFlags);
   const runtime = await openRuntime(parseRuntimeChoice(runtimeArg), options.logger);
   const image = defaultImage ?? (runtime.name === "docker" ? DEFAULT_DOCKER_IMAGE : null);
   // A run killed with -9 leaves its sandboxes behind; remove those of dead owners before starting.
@@ -162,6 +211,10 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     out.write(`${JSON.stringify(summary, null, 2)}\n`);
   } else {
     out.write(`\n${table}\nrun directory: ${runDir}\n`);
+  }
+  if (summary.status === "failed" && summary.error) {
+    err.write(`proctor: the run stopped: ${summary.error}\nfinished trials are kept; fix the cause, then continue with  proctor run --resume ${runDir}\n`);
+    return EXIT_FATAL_AGENT;
   }
   if (summary.status === "interrupted") {
     err.write(`interrupted: resume with  proctor run --resume ${runDir}\n`);
