@@ -1,0 +1,355 @@
+// @ts-check
+// Proctor viewer: plain DOM, no framework, no build step. Every value from a run goes in through
+// textContent (never innerHTML), so task ids and logs cannot inject markup.
+
+const app = /** @type {HTMLElement} */ (document.getElementById("app"));
+const crumbs = /** @type {HTMLElement} */ (document.getElementById("crumbs"));
+const live = /** @type {HTMLElement} */ (document.getElementById("live"));
+const PAGE = 50;
+
+/**
+ * @param {string} tag
+ * @param {Record<string, any>} [attrs]
+ * @param {...(Node | string | number | null | undefined | false)[] | Node | string | number | null | undefined | false} children
+ * @returns {HTMLElement}
+ */
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    else if (k === "value") /** @type {HTMLInputElement} */ (el).value = v;
+    else if (k === "checked") /** @type {HTMLInputElement} */ (el).checked = v;
+    else el.setAttribute(k, String(v));
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(typeof c === "string" || typeof c === "number" ? String(c) : c);
+  }
+  return el;
+}
+
+/** Replaces the page's content; arrays are flattened, null/false left out. @param {...any} children */
+function show(...children) {
+  app.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
+}
+
+/** @param {string} path */
+async function api(path) {
+  const res = await fetch(path, { headers: { accept: "application/json" } });
+  const body = await res.json();
+  if (!res.ok) throw new Error(body.message || `${res.status} ${path}`);
+  return body;
+}
+
+/** @param {number | null | undefined} v */
+const pct = (v) => (v === null || v === undefined ? "-" : `${(v * 100).toFixed(1)}%`);
+/** @param {number | null | undefined} v @param {number} [d] */
+const fix = (v, d = 3) => (v === null || v === undefined ? "-" : v.toFixed(d));
+/** @param {number} ms */
+function dur(ms) {
+  if (!Number.isFinite(ms) || ms < 0) return "-";
+  const s = Math.round(ms / 1000);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m${String(s % 60).padStart(2, "0")}s`;
+  return `${Math.floor(m / 60)}h${String(m % 60).padStart(2, "0")}m`;
+}
+/** @param {{low:number, high:number} | null | undefined} ci */
+const ciText = (ci) => (ci ? ` [${pct(ci.low)}, ${pct(ci.high)}]` : "");
+const enc = encodeURIComponent;
+
+/**
+ * @param {string[]} header
+ * @param {(Node|string)[][]} rows
+ * @param {number[]} [numeric]
+ */
+function table(header, rows, numeric = []) {
+  return h(
+    "table",
+    {},
+    h("thead", {}, h("tr", {}, header.map((x, i) => h("th", { class: numeric.includes(i) ? "n" : null }, x)))),
+    h("tbody", {}, rows.map((r) => h("tr", {}, r.map((c, i) => h("td", { class: numeric.includes(i) ? "n" : typeof c === "string" && ["passed", "failed", "error"].includes(c) ? c : null }, c))))),
+  );
+}
+
+/** @param {[string, string][]} links */
+function setCrumbs(links) {
+  crumbs.replaceChildren(...links.flatMap(([text, href], i) => [i > 0 ? " / " : "", href ? h("a", { href }, text) : h("span", {}, text)]));
+}
+
+/** @param {{passed:number, failed:number, errored:number, planned:number}} t */
+function progressBar(t) {
+  const total = Math.max(t.planned, t.passed + t.failed + t.errored, 1);
+  const seg = (/** @type {string} */ cls, /** @type {number} */ n) => {
+    const s = h("span", { class: cls, title: `${n}` });
+    s.style.width = `${(100 * n) / total}%`;
+    return s;
+  };
+  return h("div", { class: "bar", role: "progressbar", "aria-valuenow": t.passed + t.failed + t.errored, "aria-valuemax": t.planned }, seg("p", t.passed), seg("f", t.failed), seg("e", t.errored));
+}
+
+// ---- pages ---------------------------------------------------------------------------------
+
+/** @type {Set<string>} */
+const ticked = new Set();
+
+async function runsPage() {
+  setCrumbs([["runs", ""]]);
+  const { runs } = await api("/api/runs");
+  const compare = /** @type {HTMLButtonElement} */ (h("button", { id: "compare", disabled: ticked.size !== 2, onclick: () => {
+    const [a, b] = [...ticked];
+    location.hash = `#/compare/${enc(a)}/${enc(b)}`;
+  } }, "Compare"));
+  const rows = runs.map((/** @type {any} */ r) => [
+    h("input", { type: "checkbox", "aria-label": `select ${r.runId}`, checked: ticked.has(r.runId), onchange: (/** @type {Event} */ e) => {
+      if (/** @type {HTMLInputElement} */ (e.target).checked) ticked.add(r.runId);
+      else ticked.delete(r.runId);
+      compare.disabled = ticked.size !== 2;
+    } }),
+    h("a", { href: `#/run/${enc(r.runId)}` }, r.runId),
+    r.agent,
+    r.model ?? "-",
+    r.dataset ?? "-",
+    String(r.tasks),
+    `${pct(r.passRate)}${ciText(r.passRateCi)}`,
+    `${r.trials.finished}/${r.trials.planned}`,
+    dur(r.durationMs),
+    r.status,
+  ]);
+  show(
+    h("h1", {}, "Runs"),
+    runs.length === 0 ? h("p", { class: "muted" }, "No runs found yet. Start one with proctor run; it appears here live.") : table(["", "run", "agent", "model", "dataset", "tasks", "pass rate [95% CI]", "trials", "duration", "status"], rows, [5, 6, 7, 8]),
+    h("div", { class: "filters" }, compare, h("span", { class: "muted" }, "tick two runs to compare them")),
+  );
+}
+
+/** @type {{status:string, category:string, kind:string, q:string, sort:string, offset:number}} */
+let filters = { status: "", category: "", kind: "", q: "", sort: "taskId", offset: 0 };
+let filtersFor = "";
+
+/** @param {string} runId */
+async function runPage(runId) {
+  if (filtersFor !== runId) {
+    filters = { status: "", category: "", kind: "", q: "", sort: "taskId", offset: 0 };
+    filtersFor = runId;
+  }
+  setCrumbs([["runs", "#/"], [runId, ""]]);
+  const qs = new URLSearchParams({ status: filters.status, category: filters.category, kind: filters.kind, q: filters.q, sort: filters.sort, offset: String(filters.offset), limit: String(PAGE) });
+  const [run, page] = await Promise.all([api(`/api/runs/${enc(runId)}`), api(`/api/runs/${enc(runId)}/trials?${qs}`)]);
+  const t = run.trials;
+  const rerender = () => route();
+  /** @param {keyof typeof filters} key @param {string[]} values @param {string} label */
+  const select = (key, values, label) =>
+    h("select", { "aria-label": label, name: key, onchange: (/** @type {Event} */ e) => {
+      /** @type {any} */ (filters)[key] = /** @type {HTMLSelectElement} */ (e.target).value;
+      filters.offset = 0;
+      rerender();
+    } }, values.map((v) => h("option", { value: v, ...(String(filters[key]) === v ? { selected: "" } : {}) }, v === "" ? `any ${label}` : v)));
+  let searchTimer = 0;
+  const search = h("input", { type: "search", placeholder: "search task id", "aria-label": "search task id", value: filters.q, oninput: (/** @type {Event} */ e) => {
+    clearTimeout(searchTimer);
+    const value = /** @type {HTMLInputElement} */ (e.target).value;
+    searchTimer = window.setTimeout(() => {
+      filters.q = value;
+      filters.offset = 0;
+      rerender().then(() => /** @type {HTMLInputElement | null} */ (document.querySelector("input[type=search]"))?.focus());
+    }, 250);
+  } });
+  const last = Math.min(page.total, filters.offset + PAGE);
+  show(
+    h("h1", {}, `Run ${run.runId}`),
+    h("p", { class: "muted" }, `${run.agent}${run.model ? ` · ${run.model}` : ""} · ${run.status} · ${dur(run.durationMs)} · ${run.dir}`),
+    progressBar({ ...t, planned: t.planned }),
+    h("div", { class: "cards", id: "counts" },
+      h("div", { class: "card" }, h("b", { id: "finished" }, `${t.finished}/${t.planned}`), "finished"),
+      h("div", { class: "card passed" }, h("b", { id: "passed" }, String(t.passed)), "passed"),
+      h("div", { class: "card failed" }, h("b", { id: "failed" }, String(t.failed)), "failed"),
+      h("div", { class: "card error" }, h("b", { id: "errored" }, String(t.errored)), "errored"),
+      h("div", { class: "card" }, h("b", {}, pct(run.passRate)), `pass rate${ciText(run.passRateCi)}`),
+      h("div", { class: "card" }, h("b", {}, fix(run.meanReward.mean)), `mean reward ± ${fix(run.meanReward.standardError)} SE (${run.meanReward.n} tasks)`),
+    ),
+    run.passAtK.length ? h("p", {}, run.passAtK.map((/** @type {any} */ p) => `pass@${p.k} ${pct(p.value)} (${p.tasks} tasks)`).join(" · "), h("span", { class: "muted" }, " — unbiased estimator")) : null,
+    h("h2", {}, "By category"),
+    table(["category", "trials", "passed", "failed", "errored", "pass rate"], run.byCategory.map((/** @type {any} */ c) => [c.category, String(c.total), String(c.passed), String(c.failed), String(c.errored), pct(c.passRate)]), [1, 2, 3, 4, 5]),
+    Object.keys(run.errorsByKind).length ? h("p", {}, "Errors by kind: ", Object.entries(run.errorsByKind).map(([k, n]) => `${k} ${n}`).join(", ")) : null,
+    h("h2", {}, "Trials"),
+    h("div", { class: "filters" },
+      select("status", ["", "passed", "failed", "error"], "status"),
+      select("category", ["", ...run.categories], "category"),
+      select("kind", ["", "infra", "setup", "agent", "verifier"], "error kind"),
+      search,
+      select("sort", ["taskId", "status", "-durationMs", "durationMs", "-reward", "-finishedAt"], "sort"),
+    ),
+    table(
+      ["trial", "status", "reward", "error kind", "reason", "duration"],
+      page.trials.map((/** @type {any} */ r) => [h("a", { href: `#/run/${enc(runId)}/trial/${enc(r.trialId)}` }, r.trialId), r.status, r.reward === null ? "-" : String(r.reward), r.errorKind ?? "-", r.reason || "", dur(r.durationMs)]),
+      [2, 5],
+    ),
+    h("div", { class: "pager" },
+      h("button", { disabled: filters.offset === 0, onclick: () => { filters.offset = Math.max(0, filters.offset - PAGE); rerender(); } }, "← previous"),
+      h("span", { id: "page-info" }, page.total === 0 ? "no trials match" : `${filters.offset + 1}–${last} of ${page.total}`),
+      h("button", { disabled: last >= page.total, onclick: () => { filters.offset += PAGE; rerender(); } }, "next →"),
+    ),
+  );
+}
+
+/** A log viewer that loads one chunk at a time. @param {string} runId @param {string} trialId @param {string} name @param {number} size */
+function logBlock(runId, trialId, name, size) {
+  const pre = h("pre", { "data-file": name }, "");
+  const more = /** @type {HTMLButtonElement} */ (h("button", {}, `load ${name}`));
+  let next = /** @type {number | null} */ (0);
+  const load = async () => {
+    if (next === null) return;
+    const chunk = await api(`/api/runs/${enc(runId)}/trials/${enc(trialId)}/file?name=${enc(name)}&offset=${next}`);
+    pre.append(chunk.text);
+    next = chunk.next;
+    more.textContent = next === null ? "end" : `load more (${Math.round((100 * next) / chunk.size)}% shown)`;
+    more.disabled = next === null;
+  };
+  more.addEventListener("click", load);
+  // Small logs load at once; large ones wait for a click.
+  if (size <= 64 * 1024) void load();
+  return h("div", {}, h("h3", {}, `${name} `, h("span", { class: "muted" }, `${size} bytes`)), pre, more);
+}
+
+/** @param {any} trajectory */
+function trajectoryBlock(trajectory) {
+  const steps = Array.isArray(trajectory?.steps) ? trajectory.steps : Array.isArray(trajectory?.messages) ? trajectory.messages : Array.isArray(trajectory) ? trajectory : null;
+  if (!steps) return h("pre", {}, JSON.stringify(trajectory, null, 2));
+  return h("div", {}, steps.map((/** @type {any} */ s, /** @type {number} */ i) =>
+    h("div", { class: "turn" },
+      h("b", {}, `${i + 1}. ${s.source ?? s.role ?? "step"}`),
+      s.message ?? s.content ? h("pre", {}, typeof (s.message ?? s.content) === "string" ? (s.message ?? s.content) : JSON.stringify(s.message ?? s.content, null, 2)) : null,
+      (s.tool_calls ?? []).map((/** @type {any} */ c) => h("pre", {}, `→ ${c.function_name ?? c.function?.name ?? c.name ?? "tool"}(${typeof (c.arguments ?? c.function?.arguments) === "string" ? (c.arguments ?? c.function?.arguments) : JSON.stringify(c.arguments ?? c.function?.arguments)})`)),
+      s.observation ? h("pre", {}, typeof s.observation === "string" ? s.observation : JSON.stringify(s.observation, null, 2)) : null,
+    )));
+}
+
+/** @param {string} runId @param {string} trialId */
+async function trialPage(runId, trialId) {
+  setCrumbs([["runs", "#/"], [runId, `#/run/${enc(runId)}`], [trialId, ""]]);
+  const t = await api(`/api/runs/${enc(runId)}/trials/${enc(trialId)}`);
+  const r = t.result;
+  const facts = [
+    ["task", r.taskId], ["attempt", String(r.attempt)], ["category", r.category ?? "-"], ["status", r.status],
+    ["reward", r.reward === null ? "-" : String(r.reward)], ["duration", dur(r.durationMs)], ["retries", String(r.retries)],
+    ["agent", r.agent ? `${r.agent.name ?? ""}${r.agent.model ? ` (${r.agent.model})` : ""} exit ${r.agent.exitCode ?? "-"}${r.agent.timedOut ? ", timed out" : ""}` : "-"],
+  ];
+  if (r.error) facts.push(["error", `${r.error.kind}: ${r.error.message}`]);
+  if (r.agent?.usage) facts.push(["usage", `${r.agent.usage.inputTokens} in / ${r.agent.usage.outputTokens} out tokens, ${r.agent.usage.requests} requests`]);
+  const integ = r.integrity;
+  let trajectory = null;
+  if (t.files["agent/trajectory.json"] !== undefined && t.files["agent/trajectory.json"] <= 4 * 1024 * 1024) {
+    const chunks = [];
+    let next = 0;
+    while (next !== null) {
+      const c = await api(`/api/runs/${enc(runId)}/trials/${enc(trialId)}/file?name=agent/trajectory.json&offset=${next}`);
+      chunks.push(c.text);
+      next = c.next;
+    }
+    try { trajectory = JSON.parse(chunks.join("")); } catch { trajectory = chunks.join(""); }
+  }
+  show(
+    h("h1", {}, `Trial ${r.trialId}`, " ", h("span", { class: r.status }, r.status)),
+    h("dl", {}, facts.flatMap(([k, v]) => [h("dt", {}, k), h("dd", { class: k === "status" ? v : null }, v)])),
+    t.reason ? h("p", { id: "reason" }, h("b", {}, "Why: "), t.reason) : null,
+    h("h2", {}, "Phase timings"),
+    table(["phase", "duration"], r.phases.map((/** @type {any} */ p) => [p.phase, dur(p.durationMs)]), [1]),
+    r.checks ? h("h2", {}, "Checks") : null,
+    r.checks ? table(["check", "result", "exit code", "output"], r.checks.map((/** @type {any} */ c) => [c.name, c.passed ? "passed" : "failed", c.exitCode === null ? "-" : String(c.exitCode), h("pre", {}, c.output)]), [2]) : null,
+    h("h2", {}, "Integrity"),
+    integ
+      ? h("dl", {},
+          h("dt", {}, "isolation"), h("dd", {}, integ.isolation),
+          h("dt", {}, "tamper checked"), h("dd", {}, String(integ.tamperChecked)),
+          h("dt", {}, "tampered"), h("dd", { class: integ.tampered.length ? "error" : null }, integ.tampered.length ? integ.tampered.join(", ") : "none"),
+          h("dt", {}, "survivors"), h("dd", { class: integ.survivors.length ? "error" : null }, integ.survivors.length ? integ.survivors.map((/** @type {any} */ s) => `${s.pid} ${s.command}${s.ports.length ? ` :${s.ports.join(",")}` : ""}`).join("; ") : "none"),
+          h("dt", {}, "flagged"), h("dd", {}, String(integ.flagged)),
+          integ.note ? [h("dt", {}, "note"), h("dd", {}, integ.note)] : null)
+      : h("p", { class: "muted" }, "not recorded"),
+    h("h2", {}, "Instruction"),
+    t.instruction !== null ? h("pre", { id: "instruction" }, t.instruction) : h("p", { class: "muted" }, "instruction.md not found beside the run's sources"),
+    trajectory !== null ? [h("h2", {}, "Trajectory"), trajectoryBlock(trajectory)] : null,
+    h("h2", {}, "Logs"),
+    Object.entries(t.files).filter(([name]) => name !== "agent/trajectory.json").map(([name, size]) => logBlock(runId, trialId, name, /** @type {number} */ (size))),
+    Object.keys(t.files).length === 0 ? h("p", { class: "muted" }, "no logs recorded") : null,
+    h("p", { class: "muted" }, t.trialDir),
+  );
+}
+
+/** @param {string} a @param {string} b */
+async function comparePage(a, b) {
+  setCrumbs([["runs", "#/"], [`compare ${a} / ${b}`, ""]]);
+  const c = await api(`/api/compare?a=${enc(a)}&b=${enc(b)}`);
+  const k = c.comparison;
+  const d = k.rewardDifference;
+  show(
+    h("h1", {}, `Compare B ${b} against A ${a}`),
+    table(["", "A", "B"], [
+      ["run", h("a", { href: `#/run/${enc(a)}` }, a), h("a", { href: `#/run/${enc(b)}` }, b)],
+      ["agent", c.a.agent, c.b.agent],
+      ["pass rate (paired trials)", pct(k.passRate.a), pct(k.passRate.b)],
+      ["mean reward (common tasks)", `${fix(k.meanReward.a.mean)} ± ${fix(k.meanReward.a.standardError)}`, `${fix(k.meanReward.b.mean)} ± ${fix(k.meanReward.b.standardError)}`],
+    ]),
+    h("dl", { id: "stats" },
+      h("dt", {}, "common tasks"), h("dd", {}, `${k.commonTasks}${k.onlyInA.length ? ` · only in A: ${k.onlyInA.length}` : ""}${k.onlyInB.length ? ` · only in B: ${k.onlyInB.length}` : ""}`),
+      h("dt", {}, "flips"), h("dd", {}, `${k.mcnemar.failToPass} fail → pass, ${k.mcnemar.passToFail} pass → fail`),
+      h("dt", {}, "McNemar"), h("dd", {}, `p = ${k.mcnemar.pValue.toFixed(4)} (${k.mcnemar.passToFail + k.mcnemar.failToPass} discordant of ${k.mcnemar.pairs} pairs; exact two-sided)`),
+      d ? [h("dt", {}, "reward B − A"), h("dd", {}, `${fix(d.estimate)} [${fix(d.low)}, ${fix(d.high)}] 95% CI, p = ${d.pValue.toFixed(4)} (paired bootstrap over ${d.n} tasks)`)] : null,
+      h("dt", {}, "test to read"), h("dd", {}, k.binary ? "McNemar (binary rewards)" : "paired bootstrap (continuous rewards)"),
+    ),
+    h("h2", {}, `Flips (${k.flips.length})`),
+    k.flips.length ? table(["task", "attempt", "flip", "A", "B"], k.flips.map((/** @type {any} */ f) => [f.taskId, String(f.attempt), f.kind === "fail_to_pass" ? "fail → pass" : "pass → fail", f.from, f.to]), [1]) : h("p", { class: "muted" }, "no task changed outcome"),
+    h("h2", {}, "Per task"),
+    table(["task", "A pass rate", "B pass rate", "A reward", "B reward", "Δ reward"], k.tasks.map((/** @type {any} */ t) => [t.taskId, pct(t.a.passRate), pct(t.b.passRate), fix(t.a.meanReward), fix(t.b.meanReward), fix(t.rewardDelta)]), [1, 2, 3, 4, 5]),
+  );
+}
+
+// ---- routing and live updates ----------------------------------------------------------------
+
+/** @returns {string[]} */
+function currentRoute() {
+  return location.hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
+}
+
+let rendering = Promise.resolve();
+function route() {
+  rendering = rendering.then(async () => {
+    const [page, a, sub, b] = currentRoute();
+    try {
+      if (page === "run" && a && sub === "trial" && b) await trialPage(a, b);
+      else if (page === "run" && a) await runPage(a);
+      else if (page === "compare" && a && sub) await comparePage(a, sub);
+      else await runsPage();
+    } catch (error) {
+      show(h("h1", {}, "Not found"), h("p", { class: "error" }, String(/** @type {Error} */ (error).message)), h("a", { href: "#/" }, "all runs"));
+    }
+  });
+  return rendering;
+}
+
+function connect() {
+  const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`);
+  ws.addEventListener("open", () => {
+    live.textContent = "live";
+    live.className = "live on";
+  });
+  ws.addEventListener("message", (event) => {
+    const msg = JSON.parse(String(event.data));
+    if (msg.type !== "changed") return;
+    const [page, a, sub] = currentRoute();
+    // The runs list shows every run; a run or compare page only cares about its own runs; a trial page is final.
+    if (!page || (page === "run" && sub !== "trial" && msg.runIds.includes(a)) || (page === "compare" && (msg.runIds.includes(a) || msg.runIds.includes(sub)))) void route();
+  });
+  ws.addEventListener("close", () => {
+    live.textContent = "offline";
+    live.className = "live off";
+    setTimeout(connect, 2000);
+  });
+}
+
+window.addEventListener("hashchange", () => void route());
+void route();
+connect();

@@ -1,0 +1,2 @@
+export { startViewer } from "./server";
+export type { ViewerOptions, ViewerHandle } from "./server";

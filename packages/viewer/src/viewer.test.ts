@@ -1,0 +1,177 @@
+import { appendFile, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { chromium, type Browser, type Page } from "playwright-core";
+import type { TrialResult } from "@proctor/schema";
+import { summarize } from "@proctor/reward";
+import { startViewer, type ViewerHandle } from "./index";
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+/** Screenshots land here for people to look at (gitignored). */
+const SHOTS = resolve(import.meta.dirname, "..", ".tmp", "screenshots");
+const haveChromium = existsSync(CHROMIUM);
+if (!haveChromium && process.env.CI === "true") throw new Error(`viewer tests need Chromium at ${CHROMIUM} (.ci/run installs it)`);
+
+function trial(taskId: string, status: TrialResult["status"], extra: Partial<TrialResult> = {}): TrialResult {
+  return {
+    trialId: `${taskId}__1`, taskId, attempt: 1, category: taskId.startsWith("web") ? "web" : "data", difficulty: null, status,
+    reward: status === "passed" ? 1 : status === "failed" ? 0 : null, error: null, durationMs: 2400,
+    startedAt: "2025-03-01T10:00:00.000Z", finishedAt: "2025-03-01T10:00:02.400Z", retries: 0,
+    phases: [{ phase: "environment", durationMs: 100 }, { phase: "agent", durationMs: 1800 }, { phase: "verifier", durationMs: 500 }],
+    agent: { exitCode: status === "passed" ? 0 : 1, timedOut: false, name: "oracle" }, checks: null,
+    integrity: { isolation: "shared", tamperChecked: true, tampered: [], survivors: [], flagged: false, note: null },
+    ...extra,
+  };
+}
+
+let root: string;
+let tasksDir: string;
+
+async function writeRun(runId: string, taskIds: string[], results: TrialResult[], status: "running" | "completed", startedAt: string): Promise<string> {
+  const dir = join(root, "runs", runId);
+  await mkdir(dir, { recursive: true });
+  await writeFile(join(dir, "run.json"), JSON.stringify({ runId, tasks: taskIds.map((id) => ({ id, hash: "h" })), sources: [tasksDir], agent: { kind: "oracle" }, agentHash: null, runtime: "local", attempts: 1, concurrency: 1, timeoutMultiplier: 1, defaultImage: null, configHash: "x" }));
+  await writeFile(join(dir, "results.jsonl"), results.map((r) => `${JSON.stringify(r)}\n`).join(""));
+  await writeSummary(dir, runId, taskIds.length, results, status, startedAt);
+  for (const r of results) await writeTrialFiles(dir, r);
+  return dir;
+}
+
+async function writeSummary(dir: string, runId: string, planned: number, results: TrialResult[], status: "running" | "completed", startedAt: string): Promise<void> {
+  await writeFile(join(dir, "summary.json"), JSON.stringify(summarize({ runId, results, plannedTrials: planned, attempts: 1, startedAt, now: new Date(Date.parse(startedAt) + 90_000), status })));
+}
+
+async function writeTrialFiles(dir: string, r: TrialResult): Promise<void> {
+  const t = join(dir, "trials", r.trialId);
+  await mkdir(join(t, "agent"), { recursive: true });
+  await mkdir(join(t, "verifier"), { recursive: true });
+  await writeFile(join(t, "result.json"), JSON.stringify(r));
+  await writeFile(join(t, "agent", "stdout.txt"), `agent output for ${r.taskId}\n<script>alert(1)</script>\n`);
+  await writeFile(join(t, "verifier", "test-stdout.txt"), r.status === "passed" ? "1 passed\n" : "FAILED tests/test_outputs.py::test_file - AssertionError\n");
+}
+
+let viewer: ViewerHandle;
+let browser: Browser;
+const consoleErrors: string[] = [];
+const foreignRequests: string[] = [];
+const tasks = ["data-clean", "data-join", "web-server", "web-tls"];
+
+beforeAll(async () => {
+  root = await mkdtemp(join(tmpdir(), "proctor-viewer-"));
+  tasksDir = join(root, "tasks");
+  for (const id of tasks) {
+    await mkdir(join(tasksDir, id), { recursive: true });
+    await writeFile(join(tasksDir, id, "instruction.md"), `Do the ${id} task.\n`);
+  }
+  await writeRun("20250301-100000-oracle", tasks, [trial("data-clean", "passed"), trial("data-join", "passed"), trial("web-server", "passed", { integrity: { isolation: "shared", tamperChecked: true, tampered: [], survivors: [{ pid: 7, ppid: 1, command: "nginx -g daemon off;", ports: [80] }], flagged: true, note: null } }), trial("web-tls", "passed")], "completed", "2025-03-01T10:00:00.000Z");
+  await writeRun("20250302-100000-agent", tasks, [trial("data-clean", "failed"), trial("data-join", "error", { error: { kind: "verifier", message: "no reward file: /logs/verifier/reward.txt" } })], "running", "2025-03-02T10:00:00.000Z");
+  await mkdir(SHOTS, { recursive: true });
+  viewer = await startViewer({ paths: [join(root, "runs")], port: 0, pollMs: 300 });
+  if (haveChromium) browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--headless", "--no-sandbox", "--disable-gpu"] });
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await viewer?.close();
+  await rm(root, { recursive: true, force: true });
+});
+
+async function open(path: string): Promise<Page> {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  page.on("console", (m) => {
+    if (m.type() === "error") consoleErrors.push(`${page.url()}: ${m.text()}`);
+  });
+  page.on("pageerror", (e) => consoleErrors.push(`${page.url()}: ${e.message}`));
+  page.on("request", (req) => {
+    const url = new URL(req.url());
+    if (!["127.0.0.1", "localhost"].includes(url.hostname) && url.protocol !== "data:") foreignRequests.push(req.url());
+  });
+  await page.goto(new URL(path, viewer.url).href);
+  return page;
+}
+
+describe.skipIf(!haveChromium)("proctor view in Chromium", () => {
+  test("runs list: agent, tasks, pass rate with CI, status; compare two ticked runs", async () => {
+    const page = await open("/");
+    await page.getByRole("link", { name: "20250301-100000-oracle" }).waitFor();
+    const text = await page.locator("main").innerText();
+    expect(text).toContain("100.0% [51.0%, 100.0%]"); // 4/4, Wilson 95%
+    expect(text).toMatch(/20250302-100000-agent\s+oracle\s+-\s+tasks\s+4\s+0\.0%/);
+    expect(text).toContain("running");
+    await page.screenshot({ path: join(SHOTS, "runs.png"), fullPage: true });
+    await expect(page.locator("#compare").isDisabled()).resolves.toBe(true);
+    await page.getByLabel("select 20250301-100000-oracle").check();
+    await page.getByLabel("select 20250302-100000-agent").check();
+    await page.locator("#compare").click();
+    await page.getByText("Flips (2)").waitFor();
+    const compare = await page.locator("main").innerText();
+    expect(compare).toContain("0 fail → pass, 2 pass → fail");
+    expect(compare).toContain("p = 0.5000 (2 discordant of 2 pairs; exact two-sided)");
+    await page.screenshot({ path: join(SHOTS, "compare.png"), fullPage: true });
+    await page.close();
+  });
+
+  test("run page: counts, categories, filters, search; updates live while the run progresses", async () => {
+    const runId = "20250302-100000-agent";
+    const page = await open(`/#/run/${runId}`);
+    await page.locator("#finished").getByText("2/4").waitFor();
+    expect(await page.locator("#errored").innerText()).toBe("1");
+    expect(await page.locator("main").innerText()).toContain("no reward file: /logs/verifier/reward.txt");
+    await page.getByLabel("status").selectOption("error");
+    await page.locator("#page-info").getByText("1–1 of 1").waitFor();
+    await page.getByLabel("status").selectOption("");
+    await page.getByLabel("search task id").fill("clean");
+    await page.locator("#page-info").getByText("1–1 of 1").waitFor();
+    await page.getByLabel("search task id").fill("");
+    await page.locator("#page-info").getByText("1–2 of 2").waitFor();
+    await page.evaluate(() => ((window as unknown as { marker: number }).marker = 42));
+
+    // The run progresses: two more trials finish while the page stays open.
+    const dir = join(root, "runs", runId);
+    const more = [trial("web-server", "passed"), trial("web-tls", "passed")];
+    const all = [trial("data-clean", "failed"), trial("data-join", "error", { error: { kind: "verifier", message: "no reward file: /logs/verifier/reward.txt" } }), ...more];
+    for (const r of more) await writeTrialFiles(dir, r);
+    await appendFile(join(dir, "results.jsonl"), more.map((r) => `${JSON.stringify(r)}\n`).join(""));
+    await writeSummary(dir, runId, 4, all, "completed", "2025-03-02T10:00:00.000Z");
+    await page.locator("#finished").getByText("4/4").waitFor({ timeout: 10_000 });
+    expect(await page.locator("#passed").innerText()).toBe("2");
+    expect(await page.evaluate(() => (window as unknown as { marker: number }).marker)).toBe(42); // no reload
+    expect(await page.locator("#live").innerText()).toBe("live");
+    await page.screenshot({ path: join(SHOTS, "run.png"), fullPage: true });
+    await page.close();
+  });
+
+  test("trial page: instruction, reason, phases, integrity, logs as text", async () => {
+    const page = await open("/#/run/20250301-100000-oracle/trial/web-server__1");
+    await page.locator("#instruction").getByText("Do the web-server task.").waitFor();
+    const text = await page.locator("main").innerText();
+    expect(text).toContain("survivors: 1 (nginx); flagged: passed with agent processes alive");
+    expect(text).toContain("7 nginx -g daemon off; :80");
+    expect(text).toMatch(/agent\s+2s/);
+    expect(text).not.toContain("null");
+    await page.locator('pre[data-file="agent/stdout.txt"]').getByText("agent output for web-server").waitFor();
+    expect(await page.locator('pre[data-file="agent/stdout.txt"]').innerText()).toContain("<script>alert(1)</script>"); // shown, not run
+    await page.locator('pre[data-file="verifier/test-stdout.txt"]').getByText("1 passed").waitFor();
+    await page.screenshot({ path: join(SHOTS, "trial.png"), fullPage: true });
+    await page.close();
+  });
+
+  test("no console errors and no request left localhost", () => {
+    expect(consoleErrors).toEqual([]);
+    expect(foreignRequests).toEqual([]);
+  });
+});
+
+describe("viewer API", () => {
+  test("refuses files outside the trial's known logs and unknown runs", async () => {
+    const bad = await fetch(new URL("/api/runs/20250301-100000-oracle/trials/data-clean__1/file?name=../../run.json", viewer.url));
+    expect(bad.status).toBe(400);
+    expect((await fetch(new URL("/api/runs/nope", viewer.url))).status).toBe(404);
+    expect((await fetch(new URL("/../../etc/passwd", viewer.url))).status).toBe(404);
+    const page = await (await fetch(new URL("/api/runs/20250301-100000-oracle/trials?limit=2&offset=2", viewer.url))).json();
+    expect(page).toMatchObject({ total: 4, offset: 2, limit: 2 });
+    expect(page.trials.map((t: { trialId: string }) => t.trialId)).toEqual(["web-server__1", "web-tls__1"]);
+  });
+});
