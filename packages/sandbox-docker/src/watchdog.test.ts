@@ -141,6 +141,8 @@ describe.skipIf(!run)("the sandbox watchdog", () => {
     expect(await until(async () => (await containersOf(owner.owner)).length === 0, 60_000, 200)).toBe(true);
     console.log(`watchdog over tcp: the container was gone ${Date.now() - killedAt} ms after kill -9 of its owner`);
     expect(connections).toBeGreaterThan(before);
+    // It confirms over the same endpoint and exits (before afterAll closes the proxy).
+    expect(await until(async () => watchdogsOf(owner.owner).length === 0, 20_000, 200)).toBe(true);
   }, 120_000);
 
   it("a SIGTERM to the watchdog (its owner's service being stopped) still reaps when the owner dies right after", async () => {
