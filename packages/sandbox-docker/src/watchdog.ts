@@ -31,7 +31,7 @@ export const WATCH_INTERVAL_MS = 2000;
  * A SIGTERM/SIGINT/SIGHUP (its owner's service or group being stopped) makes it watch closely for
  * 10 s: if the owner dies in that time it still reaps, else it exits.
  */
-export const WATCHDOG_SCRIPT = String.raw`
+const WATCHDOG_SCRIPT = String.raw`
 "use strict";
 const http = require("node:http");
 const https = require("node:https");
@@ -148,7 +148,7 @@ export async function watchdogEndpoint(modem: unknown): Promise<WatchdogEndpoint
   return endpoint;
 }
 
-export interface WatchdogOptions {
+interface WatchdogOptions {
   endpoint: WatchdogEndpoint;
   ownerLabel: string;
   ownerPid: number;
@@ -167,7 +167,7 @@ function keyOf(endpoint: WatchdogEndpoint, ownerLabel: string): string {
  * running (one per owner and daemon, not per container; a watchdog that died is started again).
  * Returns whether one is running.
  */
-export function startWatchdog(options: WatchdogOptions): boolean {
+function startWatchdog(options: WatchdogOptions): boolean {
   const { endpoint, ownerLabel, logger } = options;
   const key = keyOf(endpoint, ownerLabel);
   if (running.has(key)) return true;
