@@ -182,7 +182,8 @@ describe.skipIf(!haveDocker)("verification integrity on Docker (the agent is roo
     const result = shared["pytest-answer"];
     expect(result?.integrity?.isolation).toBe("shared");
     expect(result?.integrity?.survivors.length).toBeGreaterThan(0);
-    if (result?.status === "passed") expect(result.integrity?.flagged).toBe(true);
+    // Whether the hoppers win the race to the tests varies; a pass they make is always flagged.
+    expect(result?.integrity?.flagged).toBe(result?.status === "passed");
   }, 240_000);
 
   test("a process rewriting the reward after the verifier wrote it never turns a fail into a pass", async () => {

@@ -7,7 +7,7 @@ import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun, type RunOptions } from "./run";
 import {
-  ADVERSARIAL_TASKS, CHEATER, ESCAPER, EXAMPLES_DIR, LINGERER, SANDBOX_KILLER, TOOL_SWAPPER, byTask, readResultsFile, tempDir, writeAgent, writeTasks,
+  ADVERSARIAL_TASKS, CHEATER, ESCAPER, EXAMPLES_DIR, LINGERER, SANDBOX_KILLER, SLOW_ESCAPER, TOOL_SWAPPER, byTask, readResultsFile, tempDir, writeAgent, writeTasks,
 } from "./testing/fixtures";
 
 const IMAGE = "proctor/base:bookworm";
@@ -85,11 +85,16 @@ describe.skipIf(!haveDocker)("engine on Docker", () => {
     const [escaped] = await readResultsFile(escape.runDir);
     expect(escaped).toMatchObject({ status: "passed", agent: { timedOut: true }, integrity: { isolation: "shared", flagged: true } });
     expect(escaped?.integrity?.survivors.length).toBeGreaterThan(0);
-    // Strict isolation ends it before the verifier starts.
-    const isolated = run("escaper-isolated", { tasks: pick("late-worker"), agent: { kind: "code", dir: escaper }, isolateVerifier: true });
-    await isolated.done;
+    // Strict isolation ends it as soon as the agent's time is up: its late work (at 6 s, well
+    // before this verifier looks at 12 s) never happens.
+    const slowEscaper = await writeAgent(root.path, "slow-escaper", SLOW_ESCAPER);
+    const isolated = run("escaper-isolated", { tasks: pick("later-worker"), agent: { kind: "code", dir: slowEscaper }, isolateVerifier: true });
+    const shared = run("escaper-shared", { tasks: pick("later-worker"), agent: { kind: "code", dir: slowEscaper }, isolateVerifier: false });
+    await Promise.all([isolated.done, shared.done]);
     const [strict] = await readResultsFile(isolated.runDir);
     expect(strict).toMatchObject({ status: "failed", reward: 0, integrity: { isolation: "isolated", survivors: [] } });
+    const [sharedResult] = await readResultsFile(shared.runDir);
+    expect(sharedResult).toMatchObject({ status: "passed", integrity: { isolation: "shared", flagged: true } });
 
     const [echoed] = await readResultsFile(echo.runDir);
     expect(echoed).toMatchObject({ status: "passed", reward: 1 });

@@ -71,6 +71,13 @@ export const ADVERSARIAL_TASKS: Record<string, FixtureTask> = {
     test: `sleep 4; mkdir -p ${V}; if [ -f ${W}/done ]; then echo 1 > ${V}/reward.txt; else echo 0 > ${V}/reward.txt; fi`,
     solve: `touch ${W}/done`,
   },
+  // Like late-worker, but the verifier looks only after 12 s: late work at 6 s would be seen.
+  "later-worker": {
+    toml: "[agent]\ntimeout_sec = 1\n[verifier]\ntimeout_sec = 60\n",
+    instruction: "Create a file named done in the working directory.",
+    test: `sleep 12; mkdir -p ${V}; if [ -f ${W}/done ]; then echo 1 > ${V}/reward.txt; else echo 0 > ${V}/reward.txt; fi`,
+    solve: `touch ${W}/done`,
+  },
   // Passes when the agent copied the instruction to instruction-echo.txt (the echo agent does).
   "echo-check": {
     instruction: "The magic words are PINEAPPLE-42.",
@@ -101,6 +108,10 @@ sleep 30`;
  * process-group kill nor an env-marker sweep finds it: only a sandbox-wide kill stops it.
  */
 export const ESCAPER = `setsid env -i /bin/sh -c "sleep 3; touch '$PROCTOR_WORKDIR/done'; sleep 60" > /dev/null 2>&1 &
+sleep 30`;
+
+/** Like ESCAPER, but its late work comes after 6 s: strict isolation must have ended it by then. */
+export const SLOW_ESCAPER = `setsid env -i /bin/sh -c "sleep 6; touch '$PROCTOR_WORKDIR/done'; sleep 60" > /dev/null 2>&1 &
 sleep 30`;
 
 export async function readResultsFile(runDir: string): Promise<TrialResult[]> {

@@ -56,7 +56,6 @@ export async function runAgent(attempt: SandboxAttempt): Promise<void> {
     disk.stop();
   }
   if (disk.exceeded) state.errors.push({ kind: "agent", message: disk.exceeded });
-  await noteOutOfMemory(attempt);
   state.agent = {
     exitCode,
     timedOut,
@@ -65,19 +64,6 @@ export async function runAgent(attempt: SandboxAttempt): Promise<void> {
     ...(result?.usage !== undefined ? { usage: result.usage } : {}),
   };
   throwIfAborted(signal);
-}
-
-/** An agent whose processes the OOM killer ended gets an `agent` error that says so. */
-async function noteOutOfMemory(attempt: SandboxAttempt): Promise<void> {
-  const { sandbox, task, env, state, trialId } = attempt;
-  if (!sandbox.outOfMemoryKills) return;
-  const kills = await sandbox.outOfMemoryKills().catch((error: unknown) => {
-    env.logger.debug("reading the OOM kill count failed", { trialId, error: message(error) });
-    return 0;
-  });
-  if (kills === 0) return;
-  const limit = effectiveLimits(task, env.limits).memoryMb;
-  state.errors.push({ kind: "agent", message: `out of memory: the kernel killed ${kills} process(es) in the sandbox at its memory limit${limit !== undefined ? ` of ${limit} MB` : ""} (raise [environment] memory_mb if the task needs more)` });
 }
 
 /** Polls the sandbox's disk use while the agent runs when the trial has a storage limit. */

@@ -210,7 +210,9 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
     const read = await phase("verifier", () => verifyAttempt(inSandbox));
     await collect(sandbox);
     // After collect, so a process rewriting the reward in a loop has had time to show itself.
-    if (read) await checkRewardUnchanged(inSandbox, read);
+    // Only a process that outlived the agent can rewrite the reward: check when one may exist.
+    const mayHaveSurvivors = !sandbox.capabilities.processes || (state.integrity?.survivors.length ?? 0) > 0;
+    if (read && mayHaveSurvivors) await checkRewardUnchanged(inSandbox, read);
     return state;
   } catch (error) {
     if (runSignal.aborted) throw runSignal.reason ?? error;

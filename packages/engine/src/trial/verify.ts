@@ -2,10 +2,10 @@ import { randomUUID } from "node:crypto";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { parseReward } from "@proctor/reward";
-import { CappedFile, RuntimeUnavailableError, SANDBOX_PATHS, SandboxLostError, SandboxStoppedError, type ExecOptions, type ExecResult, type Sandbox } from "@proctor/sandbox";
+import { CappedFile, RuntimeUnavailableError, SANDBOX_PATHS, SandboxLostError, SandboxStoppedError, type SandboxProcess, type ExecOptions, type ExecResult, type Sandbox } from "@proctor/sandbox";
 import type { CheckResult, Integrity } from "@proctor/schema";
 import { findTampering, type Tampering } from "../integrity";
-import { CHECK_OUTPUT_BYTES, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, isolates, message, tail, throwIfAborted, type SandboxAttempt } from "./context";
+import { CHECK_OUTPUT_BYTES, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, effectiveLimits, isolates, message, tail, throwIfAborted, type SandboxAttempt } from "./context";
 
 const REWARD_MAX_BYTES = 1024 * 1024;
 const VERIFIER_DIR = `\${PROCTOR_VERIFIER_LOGS_DIR:-${SANDBOX_PATHS.verifierLogs}}`;
@@ -87,13 +87,30 @@ export async function guardVerifier(attempt: SandboxAttempt): Promise<boolean> {
   state.integrity = integrity;
   const notes: string[] = [];
 
-  // Leftovers first, while the agent's time has only just ended.
+  const oom = sandbox.outOfMemoryKills ? sandbox.outOfMemoryKills().catch(() => 0) : Promise.resolve(0);
+  let alive: SandboxProcess[] = [];
+  if (strict) {
+    // run.ts refuses strict isolation up front on a runtime without killAll.
+    if (!caps.killAll || !sandbox.killAll || !sandbox.processes) throw new Error(`the ${sandbox.runtime} runtime cannot isolate the verifier (no killAll)`);
+    // As soon as the agent's time is up (the OOM count first: a restart resets it).
+    await oom;
+    await sandbox.killAll();
+    alive = await sandbox.processes();
+  }
+  // Independent looks at what the agent left, at once: its processes (shared mode), the files it
+  // changed against the image, and whether the OOM killer ended any of its processes.
+  const listing = !strict && caps.processes && sandbox.processes ? sandbox.processes() : null;
+  const diffing = caps.changes && sandbox.changes ? tamperedPaths(sandbox, task.verifier.allowChanges) : null;
+  const [survivors, found, oomKills] = await Promise.all([listing, diffing, oom]);
+  if (oomKills > 0) {
+    const limit = effectiveLimits(task, attempt.env.limits).memoryMb;
+    state.errors.push({ kind: "agent", message: `out of memory: the kernel killed ${oomKills} process(es) in the sandbox at its memory limit${limit !== undefined ? ` of ${limit} MB` : ""} (raise [environment] memory_mb if the task needs more)` });
+  }
   if (!strict) {
-    if (caps.processes && sandbox.processes) integrity.survivors = await sandbox.processes();
+    if (survivors) integrity.survivors = survivors;
     else notes.push(`the ${sandbox.runtime} runtime cannot list the agent's leftover processes`);
   }
-  if (caps.changes && sandbox.changes) {
-    const found = await tamperedPaths(sandbox, task.verifier.allowChanges);
+  if (found) {
     integrity.tampered = found.tampered;
     integrity.tamperChecked = true;
     if (found.profileChanges.length > 0) {
@@ -110,10 +127,6 @@ export async function guardVerifier(attempt: SandboxAttempt): Promise<boolean> {
   }
 
   if (strict) {
-    // run.ts refuses strict isolation up front on a runtime without killAll.
-    if (!caps.killAll || !sandbox.killAll || !sandbox.processes) throw new Error(`the ${sandbox.runtime} runtime cannot isolate the verifier (no killAll)`);
-    await sandbox.killAll();
-    const alive = await sandbox.processes();
     if (alive.length > 0) {
       state.errors.push({ kind: "verifier", message: `strict isolation failed: ${alive.length} process(es) alive after every process was ended: ${alive.map((p) => `${p.pid} ${p.command}`).join("; ").slice(0, 500)}` });
       integrity.note = notes.join("; ") || null;
@@ -151,6 +164,9 @@ async function prepareDirs(attempt: SandboxAttempt, testsDir: boolean): Promise<
     state.errors.push({ kind: "verifier", message: `could not empty /logs/verifier${testsDir ? " and /tests" : ""} before verifying (exit ${result.exitCode}): ${tail(result.stderr)}` });
     return false;
   }
+  // With a trusted shell the emptying above is sure by construction; with a container's own tools
+  // (a runtime without trustedTools) check through the runtime that no reward file is left.
+  if (sandbox.capabilities.trustedTools || !sandbox.capabilities.files) return true;
   const names = ["reward.json", "reward.txt"];
   const planted = (
     await Promise.all(
