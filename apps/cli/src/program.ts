@@ -3,6 +3,7 @@ import { runCommand } from "./commands/run";
 import { validateCommand } from "./commands/validate";
 import { gcCommand } from "./commands/gc";
 import { reportCommand } from "./commands/report";
+import { viewCommand } from "./commands/view";
 import { serveCommand } from "./commands/serve";
 import { submitCommand } from "./commands/submit";
 import { EngineError, RunStorageError } from "@proctor/engine";
@@ -101,10 +102,23 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
 
   program
     .command("report")
-    .description("print a finished (or running) run's table again")
-    .argument("<run-dir>")
-    .option("--json", "print summary.json", false)
-    .action(async (runDir: string, o) => setExitCode(await reportCommand({ runDir, json: o.json })));
+    .description("report runs: pass rate with CI, per category, failed/errored trials with reasons; two runs give a paired comparison")
+    .argument("<run-dir...>")
+    .addOption(new Option("-f, --format <format>", "output format").choices(["table", "md", "json", "junit", "html", "csv", "swebench"]).default("table"))
+    .option("--json", "same as --format json", false)
+    .option("-o, --out <file>", "write to FILE instead of stdout")
+    .option("--seed <n>", "bootstrap seed", (v) => Number(v))
+    .action(async (runDirs: string[], o) =>
+      setExitCode(await reportCommand({ runDirs, format: o.json ? "json" : o.format, out: o.out, seed: o.seed })),
+    );
+
+  program
+    .command("view")
+    .description("serve the web viewer over run dirs (live while runs progress)")
+    .argument("[paths...]", "a runs root or run dirs (default: runs)")
+    .option("--host <host>", "address to bind", "127.0.0.1")
+    .option("--port <port>", "port to bind", (v) => Number(v), 4180)
+    .action(async (paths: string[], o) => setExitCode(await viewCommand({ paths, host: o.host, port: o.port, logger })));
 
   const tasks = program.command("tasks").description("work with task directories");
   tasks

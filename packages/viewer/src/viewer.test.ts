@@ -126,7 +126,7 @@ describe.skipIf(!haveChromium)("proctor view in Chromium", () => {
     await page.locator("#page-info").getByText("1–1 of 1").waitFor();
     await page.getByLabel("search task id").fill("");
     await page.locator("#page-info").getByText("1–2 of 2").waitFor();
-    await page.evaluate(() => ((window as unknown as { marker: number }).marker = 42));
+    await page.evaluate(() => ((globalThis as unknown as { marker: number }).marker = 42));
 
     // The run progresses: two more trials finish while the page stays open.
     const dir = join(root, "runs", runId);
@@ -137,7 +137,7 @@ describe.skipIf(!haveChromium)("proctor view in Chromium", () => {
     await writeSummary(dir, runId, 4, all, "completed", "2025-03-02T10:00:00.000Z");
     await page.locator("#finished").getByText("4/4").waitFor({ timeout: 10_000 });
     expect(await page.locator("#passed").innerText()).toBe("2");
-    expect(await page.evaluate(() => (window as unknown as { marker: number }).marker)).toBe(42); // no reload
+    expect(await page.evaluate(() => (globalThis as unknown as { marker: number }).marker)).toBe(42); // no reload
     expect(await page.locator("#live").innerText()).toBe("live");
     await page.screenshot({ path: join(SHOTS, "run.png"), fullPage: true });
     await page.close();
@@ -170,8 +170,8 @@ describe("viewer API", () => {
     expect(bad.status).toBe(400);
     expect((await fetch(new URL("/api/runs/nope", viewer.url))).status).toBe(404);
     expect((await fetch(new URL("/../../etc/passwd", viewer.url))).status).toBe(404);
-    const page = await (await fetch(new URL("/api/runs/20250301-100000-oracle/trials?limit=2&offset=2", viewer.url))).json();
+    const page = (await (await fetch(new URL("/api/runs/20250301-100000-oracle/trials?limit=2&offset=2", viewer.url))).json()) as { trials: { trialId: string }[] };
     expect(page).toMatchObject({ total: 4, offset: 2, limit: 2 });
-    expect(page.trials.map((t: { trialId: string }) => t.trialId)).toEqual(["web-server__1", "web-tls__1"]);
+    expect(page.trials.map((t) => t.trialId)).toEqual(["web-server__1", "web-tls__1"]);
   });
 });

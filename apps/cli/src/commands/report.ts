@@ -1,17 +1,34 @@
-import { readFile } from "node:fs/promises";
-import { join, resolve } from "node:path";
-import { RunSummary } from "@proctor/schema";
+import { writeFile } from "node:fs/promises";
+import { resolve } from "node:path";
+import { FORMATS, ReportError, loadRun, renderReport, type ReportFormat } from "@proctor/report";
 import { UsageError } from "../errors";
-import { renderSummary } from "../format";
 
-/** `proctor report <run-dir>`: the end-of-run table again, or summary.json with --json. */
-export async function reportCommand(options: { runDir: string; json: boolean }): Promise<number> {
-  const file = join(resolve(options.runDir), "summary.json");
-  const text = await readFile(file, "utf8").catch((error: unknown) => {
-    throw new UsageError(`${file}: cannot read it; is ${options.runDir} a run directory?`, { cause: error });
-  });
-  const parsed = RunSummary.safeParse(JSON.parse(text));
-  if (!parsed.success) throw new UsageError(`${file}: not a summary this version understands: ${parsed.error.issues[0]?.path.join(".")} ${parsed.error.issues[0]?.message}`);
-  process.stdout.write(options.json ? `${JSON.stringify(parsed.data, null, 2)}\n` : `${renderSummary(parsed.data)}\n`);
+export interface ReportOptions {
+  /** Run directories; two give a paired comparison (the second against the first). */
+  runDirs: string[];
+  format: ReportFormat;
+  /** Write here instead of stdout. */
+  out?: string;
+  /** Bootstrap seed, so the same runs always print the same intervals. */
+  seed?: number;
+}
+
+/** `proctor report RUN... [--format F] [-o FILE]`: the run's numbers with intervals and every failed/errored trial with its reason. */
+export async function reportCommand(options: ReportOptions): Promise<number> {
+  if (!FORMATS.includes(options.format)) throw new UsageError(`--format must be one of ${FORMATS.join(", ")}, got "${options.format}"`);
+  let text: string;
+  try {
+    const runs = await Promise.all(options.runDirs.map((dir) => loadRun(dir)));
+    text = await renderReport(runs, options.format, { seed: options.seed });
+  } catch (error) {
+    if (error instanceof ReportError) throw new UsageError(error.message, { cause: error });
+    throw error;
+  }
+  if (options.out) {
+    await writeFile(resolve(options.out), text);
+    process.stderr.write(`proctor: wrote ${options.format} report to ${options.out}\n`);
+  } else {
+    process.stdout.write(text);
+  }
   return 0;
 }

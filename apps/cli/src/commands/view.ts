@@ -1,0 +1,31 @@
+import { startViewer } from "@proctor/viewer";
+import type { Logger } from "@proctor/schema";
+import { UsageError } from "../errors";
+
+export interface ViewOptions {
+  /** Run dirs or dirs of run dirs (default: runs). */
+  paths: string[];
+  host: string;
+  port: number;
+  logger: Logger;
+  /** Resolves when the viewer should stop (default: SIGINT/SIGTERM). */
+  until?: Promise<void>;
+}
+
+/** `proctor view [RUNS_DIR | RUN_DIR...]`: serve the web viewer until interrupted. */
+export async function viewCommand(options: ViewOptions): Promise<number> {
+  if (!Number.isInteger(options.port) || options.port < 0 || options.port > 65535) throw new UsageError(`--port must be a port number, got "${options.port}"`);
+  const viewer = await startViewer({ paths: options.paths.length > 0 ? options.paths : ["runs"], host: options.host, port: options.port, logger: options.logger }).catch((error: unknown) => {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "EADDRINUSE" || code === "EACCES" || code === "EADDRNOTAVAIL") throw new UsageError(`cannot listen on ${options.host}:${options.port} (${code}); pick another --port or --host`, { cause: error });
+    throw error;
+  });
+  process.stderr.write(`proctor: viewer at ${viewer.url} (Ctrl-C to stop)\n`);
+  await (options.until ??
+    new Promise<void>((done) => {
+      process.once("SIGINT", () => done());
+      process.once("SIGTERM", () => done());
+    }));
+  await viewer.close();
+  return 0;
+}
