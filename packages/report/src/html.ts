@@ -1,5 +1,5 @@
 import type { ComparisonReport, RunReport } from "./model";
-import { fixed, formatDuration, percent, percentInterval, pValue } from "./text";
+import { categoryRows, fixed, formatDuration, percent, percentInterval, pValue } from "./text";
 
 export function htmlEscape(text: string): string {
   return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(/'/g, "&#39;");
@@ -45,7 +45,7 @@ function runSection(r: RunReport): string {
     `<h2>Run ${htmlEscape(r.runId)}</h2>`,
     `<dl>${facts.map(([k, v]) => `<dt>${htmlEscape(k)}</dt><dd>${htmlEscape(v)}</dd>`).join("")}</dl>`,
     `<h3>By category</h3>`,
-    table(["category", "trials", "passed", "failed", "errored", "pass rate"], r.byCategory.map((c) => [c.category, String(c.total), String(c.passed), String(c.failed), String(c.errored), percent(c.passRate)]), new Set([1, 2, 3, 4, 5])),
+    table(["category", "trials", "passed", "failed", "errored", "pass rate"], categoryRows(r), new Set([1, 2, 3, 4, 5])),
     `<h3>Tasks</h3>`,
     table(["task", "attempts", "passed", "pass rate", "mean reward"], r.tasks.map((t) => [t.taskId, String(t.attempts), String(t.passed), percent(t.passRate), fixed(t.meanReward)]), new Set([1, 2, 3, 4])),
   ];

@@ -59,8 +59,11 @@ function headline(r: RunReport): string[] {
   return lines;
 }
 
-function categoryRows(r: RunReport): string[][] {
-  return r.byCategory.map((c) => [c.category, String(c.total), String(c.passed), String(c.failed), String(c.errored), percent(c.passRate)]);
+export function categoryRows(r: RunReport): string[][] {
+  const rows = r.byCategory.map((c) => [c.category, String(c.total), String(c.passed), String(c.failed), String(c.errored), percent(c.passRate)]);
+  const t = r.trials;
+  rows.push(["all", String(t.total), String(t.passed), String(t.failed), String(t.errored), percent(r.passRate.value)]);
+  return rows;
 }
 
 function problemRows(r: RunReport): string[][] {
