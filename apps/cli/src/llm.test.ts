@@ -46,13 +46,23 @@ for (const id of exampleIds) {
  * call; every other task runs its reference solution, prints its env, and submits.
  */
 function script(r: ScriptedRequest): ScriptedReply {
+  return scriptFor(r, "env");
+}
+
+/**
+ * The same script; `look` is what the agent runs to look for the key. On the local runtime the
+ * agent is a host process and can read every host process's /proc/<pid>/environ, Proctor's own
+ * included (no isolation: README says so), so there it looks at its own environment only; in a
+ * container it reads every process's environ too.
+ */
+function scriptFor(r: ScriptedRequest, look: string): ScriptedReply {
   const solve = solutions.get(r.conversation.trim());
   if (!solve) return { status: 400, body: { error: { message: "unknown conversation" } } };
   if (r.conversation.includes("top-words")) return { content: "I give up." };
   const steps: ScriptedReply[] = [
     ...(r.conversation.includes("greeting.txt") ? [{ toolCalls: [{ name: "bash", arguments: '{"command": ' }] } as ScriptedReply] : []),
     { toolCalls: [{ name: "bash", arguments: { command: solve } }] },
-    { toolCalls: [{ name: "bash", arguments: { command: "env; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null; echo env-done" } }] },
+    { toolCalls: [{ name: "bash", arguments: { command: `${look}; echo env-done` } }] },
     { toolCalls: [{ name: "submit", arguments: {} }] },
   ];
   return steps[r.turn] ?? { content: "done" };
@@ -144,7 +154,7 @@ const docker = await dockerTestGate();
 
 describe.skipIf(!docker)("proctor run --agent llm on Docker", () => {
   test("the scripted model passes in containers; env and /proc/*/environ inside hold no key", async () => {
-    server = await startScriptedModelServer({ apiKey: KEY, handler: script });
+    server = await startScriptedModelServer({ apiKey: KEY, handler: (r) => scriptFor(r, "env; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null") });
     const r = await proctor(
       ["run", examples, "-i", "greeting-file", "-i", "fizzbuzz-python", "--runtime", "docker", "-o", out, "--run-id", "llm-docker", "--agent", "llm", "--model", "m", "--base-url", server.baseUrl, "--api-key-env", KEY_ENV, "--json"],
       { env: { [KEY_ENV]: KEY } },
