@@ -36,7 +36,7 @@ function step(name, fn) {
 
 function run(cmd, argv, options = {}) {
   const r = spawnSync(cmd, argv, { encoding: "utf8", maxBuffer: 64 * 1024 * 1024, ...options });
-  if (r.error) throw r.error;
+  if (r.error && !options.timeout) throw r.error; // a timeout is the caller's to report
   return r;
 }
 
@@ -230,7 +230,7 @@ step("tsc (NodeNext, strict)", () => {
 });
 
 step("README examples (run)", () => {
-  const env = { ...process.env, PATH: `${join(project, "node_modules", ".bin")}:${process.env.PATH}` };
+  const env = { ...process.env, NO_COLOR: "1", FORCE_COLOR: "0", PATH: `${join(project, "node_modules", ".bin")}:${process.env.PATH}` };
   for (const ex of examples) {
     if (ex.name === "@proctor/sandbox-docker" && process.env.CI !== "true" && !dockerImagePresent("proctor/base:bookworm")) {
       console.log(`  SKIPPED ${ex.name}: no Docker engine with proctor/base:bookworm (pnpm images); CI=true never skips`);
@@ -238,10 +238,11 @@ step("README examples (run)", () => {
     }
     const t0 = Date.now();
     const r = ex.lang === "ts"
-      ? run(process.execPath, [join("build", "readme", `${ex.id}.js`)], { cwd: project, env, timeout: 180_000 })
-      : run("bash", ["-euo", "pipefail", ex.file], { cwd: project, env, timeout: 180_000 });
+      ? run(process.execPath, [join("build", "readme", `${ex.id}.js`)], { cwd: project, env, timeout: 120_000 })
+      : run("bash", ["-euo", "pipefail", ex.file], { cwd: project, env, timeout: 120_000 });
     const took = `${((Date.now() - t0) / 1000).toFixed(1)} s`;
-    if (r.status !== 0) fail(ex.name, `README example exited ${r.status ?? r.signal} after ${took}:\n${r.stdout}${r.stderr}`);
+    if (r.error) fail(ex.name, `README example did not finish: ${r.error.message} after ${took}:\n${r.stdout}${r.stderr}`);
+    else if (r.status !== 0) fail(ex.name, `README example exited ${r.status ?? r.signal} after ${took}:\n${r.stdout}${r.stderr}`);
     else console.log(`  ok ${ex.name} (${took}): ${r.stdout.trim().split("\n").slice(-1)[0]?.slice(0, 120) ?? ""}`);
   }
   stopOnFailures();
