@@ -1,17 +1,8 @@
 import type { RunSummary, GroupSummary } from "@proctor/schema";
+import { formatDuration, percent } from "@proctor/report";
 
-export function formatDuration(ms: number): string {
-  if (!Number.isFinite(ms) || ms < 0) return "-";
-  const s = Math.round(ms / 1000);
-  if (s < 60) return `${s}s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m}m${String(s % 60).padStart(2, "0")}s`;
-  return `${Math.floor(m / 60)}h${String(m % 60).padStart(2, "0")}m`;
-}
-
-export function percent(value: number | null): string {
-  return value === null ? "-" : `${(value * 100).toFixed(1)}%`;
-}
+// One formatting of durations and rates for the CLI and the reports.
+export { formatDuration, percent };
 
 /** A plain text table: left-aligned first column, right-aligned numbers. */
 export function renderTable(header: string[], rows: string[][]): string {
