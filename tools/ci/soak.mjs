@@ -77,6 +77,11 @@ function testProjects(selected) {
       if (existsSync(manifest)) roots.set(JSON.parse(readFileSync(manifest, "utf8")).name, `${group}/${dir}`);
     }
   }
+  // Tool projects (tools/pack) are named in their project.json and have no vitest suite.
+  for (const dir of readdirSync(join(ROOT, "tools"))) {
+    const config = join(ROOT, "tools", dir, "project.json");
+    if (existsSync(config)) roots.set(JSON.parse(readFileSync(config, "utf8")).name, `tools/${dir}`);
+  }
   let projects = names.map((name) => ({ name, root: roots.get(name) ?? fail(`no folder found for project ${name}`) }));
   if (selected) {
     const wanted = (p, s) => p.name === s || p.root === s || p.name === `@proctor/${s}` || p.root.endsWith(`/${s}`);
@@ -135,6 +140,7 @@ function ensureStressNg() {
 
 /** Runs one project's vitest with the JSON reporter; resolves with what the report says. */
 function runProject(project, runDir, options) {
+  if (project.root.startsWith("tools/")) return runNxTarget(project, runDir, options);
   const cwd = join(ROOT, project.root);
   const vitest = join(dirname(createRequire(join(cwd, "package.json")).resolve("vitest/package.json")), "vitest.mjs");
   const slug = project.root.replace(/\//g, "-");
@@ -163,6 +169,42 @@ function runProject(project, runDir, options) {
       const text = Buffer.concat(chunks).toString();
       writeFileSync(log, text);
       resolve(readReport(project, { report, log, code, timedOut, text, seconds: (Date.now() - started) / 1000, timeoutMin: options.timeoutMin }));
+    });
+  });
+}
+
+/** A project without a vitest suite (the pack test): its Nx test target counts as one test. */
+function runNxTarget(project, runDir, options) {
+  const log = join(runDir, `${project.root.replace(/\//g, "-")}.log`);
+  const env = { ...process.env, FORCE_COLOR: "0", NO_COLOR: "1", NX_DAEMON: "false", NX_NO_CLOUD: "true", NX_TUI: "false" };
+  if (options.ci) env.CI = "true";
+  const started = Date.now();
+  return new Promise((resolve) => {
+    const child = spawn("pnpm", ["exec", "nx", "run", `${project.name}:test`, "--outputStyle=static"], { cwd: ROOT, env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+    const chunks = [];
+    child.stdout.on("data", (c) => chunks.push(c));
+    child.stderr.on("data", (c) => chunks.push(c));
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      try {
+        process.kill(-child.pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+    }, options.timeoutMin * 60_000);
+    child.on("close", (code) => {
+      clearTimeout(timer);
+      const text = Buffer.concat(chunks).toString();
+      writeFileSync(log, text);
+      const outcome = { project: project.root, passed: 0, failed: 0, skipped: 0, failures: [], seconds: (Date.now() - started) / 1000, code };
+      if (code === 0 && !timedOut) outcome.passed = 1;
+      else {
+        outcome.failed = 1;
+        const why = timedOut ? `timed out after ${options.timeoutMin} min` : `exit ${code}`;
+        outcome.failures.push({ key: `${project.root} › nx run ${project.name}:test`, message: `${why}; ${lastLines(text)}; see ${log}` });
+      }
+      resolve(outcome);
     });
   });
 }
