@@ -35,6 +35,7 @@ const BENCHES: Bench[] = [
   { name: "extract", docker: false, quick: ["--size-mb", "100"], full: [] },
   { name: "server", docker: false, quick: ["--tasks", "200", "--subscribers", "250", "--duration", "2"], full: [] },
   { name: "llm-loop", docker: false, quick: ["--trials", "10", "--turns", "20"], full: [] },
+  { name: "viewer", docker: false, quick: ["--trials", "2000", "--rounds", "3"], full: [] },
   { name: "sandbox-exec", docker: true, quick: ["--execs", "20", "--lifecycles", "5"], full: [] },
   { name: "trial-overhead", docker: true, quick: ["--trials", "24", "--parallel", "8", "--rounds", "1"], full: [] },
 ];

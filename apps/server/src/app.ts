@@ -14,6 +14,7 @@ import type { Batch, BatchManager } from "./batches";
 import { BadHeaderError, BadRequestError, NotFoundError, PayloadTooLargeError, ServerError } from "./errors";
 import type { ServerMetrics } from "./metrics";
 import { stagingDir } from "./store";
+import { ServerUi } from "./ui";
 import { UploadSlots, contentDigestMismatch, sha256Hex, stageBody } from "./upload";
 import type { StagedBody } from "./upload";
 import type { WsHub } from "./ws-hub";
@@ -123,7 +124,8 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
   // read. The signature is checked here over the Content-Digest (or the empty body when the
   // headers announce none); the body is then checked against the digest as it streams in.
   app.addHook("onRequest", async (request, reply) => {
-    if (PUBLIC_ROUTES.has(request.routeOptions.url ?? "")) return;
+    // /ui's browser routes check their session cookie themselves (ui.ts).
+    if (PUBLIC_ROUTES.has(request.routeOptions.url ?? "") || request.routeOptions.config.uiSession === true) return;
     const pending = ctx.auth.checkHeaders(request.headers);
     request.proctorAuth = pending;
     request.contentDigest = parseContentDigest(request.headers);
@@ -296,7 +298,12 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
     return reply.type(contentType).send(body);
   });
 
+  // The viewer app at /ui (@proctor/viewer's assets and API over the caller's batches).
+  const ui = new ServerUi({ manager: ctx.manager, auth: ctx.auth, logger: ctx.logger });
+  ui.register(app);
+
   app.server.on("upgrade", (request: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (ui.handles(request)) return ui.upgrade(request, socket, head);
     handleUpgrade(ctx, request, socket, head).catch((error: unknown) => {
       ctx.logger.error("websocket upgrade failed", { error: String(error) });
       rejectUpgrade(socket, 500, { error: "internal", message: "the server failed to open the WebSocket" });

@@ -1,11 +1,15 @@
 // @ts-check
 // Proctor viewer: plain DOM, no framework, no build step. Every value from a run goes in through
-// textContent (never innerHTML), so task ids and logs cannot inject markup.
+// textContent (never innerHTML), so task ids and logs cannot inject markup. Every URL is relative
+// (api/..., ws), so the same app runs at / (proctor view) and under the server's /ui/.
 
 const app = /** @type {HTMLElement} */ (document.getElementById("app"));
 const crumbs = /** @type {HTMLElement} */ (document.getElementById("crumbs"));
 const live = /** @type {HTMLElement} */ (document.getElementById("live"));
+const who = /** @type {HTMLElement} */ (document.getElementById("session"));
 const PAGE = 50;
+/** Bytes of a log shown first (its tail); "load earlier" fetches the chunk before. */
+const TAIL = 64 * 1024;
 
 /**
  * @param {string} tag
@@ -35,10 +39,14 @@ function show(...children) {
   app.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
 }
 
-/** @param {string} path */
+/** Thrown when the session is missing or expired: the page shows the login form. */
+class SignedOut extends Error {}
+
+/** @param {string} path relative to the app (no leading slash) */
 async function api(path) {
-  const res = await fetch(path, { headers: { accept: "application/json" } });
+  const res = await fetch(path, { headers: { accept: "application/json" }, credentials: "same-origin" });
   const body = await res.json();
+  if (res.status === 401) throw new SignedOut(body.message || "sign in");
   if (!res.ok) throw new Error(body.message || `${res.status} ${path}`);
   return body;
 }
@@ -97,7 +105,7 @@ const ticked = new Set();
 
 async function runsPage() {
   setCrumbs([["runs", ""]]);
-  const { runs } = await api("/api/runs");
+  const { runs } = await api("api/runs");
   const compare = /** @type {HTMLButtonElement} */ (h("button", { id: "compare", disabled: ticked.size !== 2, onclick: () => {
     const [a, b] = [...ticked];
     location.hash = `#/compare/${enc(a)}/${enc(b)}`;
@@ -137,7 +145,7 @@ async function runPage(runId) {
   }
   setCrumbs([["runs", "#/"], [runId, ""]]);
   const qs = new URLSearchParams({ status: filters.status, category: filters.category, kind: filters.kind, q: filters.q, sort: filters.sort, offset: String(filters.offset), limit: String(PAGE) });
-  const [run, page] = await Promise.all([api(`/api/runs/${enc(runId)}`), api(`/api/runs/${enc(runId)}/trials?${qs}`)]);
+  const [run, page] = await Promise.all([api(`api/runs/${enc(runId)}`), api(`api/runs/${enc(runId)}/trials?${qs}`)]);
   const t = run.trials;
   const rerender = () => route();
   /** @param {keyof typeof filters} key @param {string[]} values @param {string} label */
@@ -160,7 +168,7 @@ async function runPage(runId) {
   const last = Math.min(page.total, filters.offset + PAGE);
   show(
     h("h1", {}, `Run ${run.runId}`),
-    h("p", { class: "muted" }, `${run.agent}${run.model ? ` · ${run.model}` : ""} · ${run.status} · ${dur(run.durationMs)} · ${run.dir}`),
+    h("p", { class: "muted" }, [run.agent, run.model, run.status, dur(run.durationMs), run.owner ? `submitted by ${run.owner}` : null, run.dir].filter(Boolean).join(" · ")),
     progressBar({ ...t, planned: t.planned }),
     h("div", { class: "cards", id: "counts" },
       h("div", { class: "card" }, h("b", { id: "finished" }, `${t.finished}/${t.planned}`), "finished"),
@@ -195,22 +203,30 @@ async function runPage(runId) {
   );
 }
 
-/** A log viewer that loads one chunk at a time. @param {string} runId @param {string} trialId @param {string} name @param {number} size */
+/**
+ * A log viewer that shows the tail first (where a failure usually is) and loads earlier chunks on
+ * request; only the chunks asked for are read on the server.
+ * @param {string} runId @param {string} trialId @param {string} name @param {number} size
+ */
 function logBlock(runId, trialId, name, size) {
   const pre = h("pre", { "data-file": name }, "");
-  const more = /** @type {HTMLButtonElement} */ (h("button", {}, `load ${name}`));
-  let next = /** @type {number | null} */ (0);
+  const more = /** @type {HTMLButtonElement} */ (h("button", { "data-more": name }, `load ${name}`));
+  /** Byte where the text shown starts; null until the tail is loaded, 0 when everything is shown. */
+  let start = /** @type {number | null} */ (null);
   const load = async () => {
-    if (next === null) return;
-    const chunk = await api(`/api/runs/${enc(runId)}/trials/${enc(trialId)}/file?name=${enc(name)}&offset=${next}`);
-    pre.append(chunk.text);
-    next = chunk.next;
-    more.textContent = next === null ? "end" : `load more (${Math.round((100 * next) / chunk.size)}% shown)`;
-    more.disabled = next === null;
+    if (start === 0) return;
+    more.disabled = true;
+    const chunk = await api(`api/runs/${enc(runId)}/trials/${enc(trialId)}/file?name=${enc(name)}&limit=${TAIL}${start === null ? "" : `&end=${start}`}`);
+    pre.prepend(chunk.text);
+    if (start === null) pre.scrollTop = pre.scrollHeight;
+    start = chunk.start;
+    const shown = chunk.size - chunk.start;
+    more.textContent = chunk.prev === null ? "all shown" : `load earlier (${Math.round(shown / 1024)} of ${Math.round(chunk.size / 1024)} KiB shown)`;
+    more.disabled = chunk.prev === null;
   };
-  more.addEventListener("click", load);
-  // Small logs load at once; large ones wait for a click.
-  if (size <= 64 * 1024) void load();
+  more.addEventListener("click", () => void load().catch(fail));
+  // The tail loads at once; earlier parts wait for a click.
+  void load().catch(fail);
   return h("div", {}, h("h3", {}, `${name} `, h("span", { class: "muted" }, `${size} bytes`)), pre, more);
 }
 
@@ -230,7 +246,7 @@ function trajectoryBlock(trajectory) {
 /** @param {string} runId @param {string} trialId */
 async function trialPage(runId, trialId) {
   setCrumbs([["runs", "#/"], [runId, `#/run/${enc(runId)}`], [trialId, ""]]);
-  const t = await api(`/api/runs/${enc(runId)}/trials/${enc(trialId)}`);
+  const t = await api(`api/runs/${enc(runId)}/trials/${enc(trialId)}`);
   const r = t.result;
   const facts = [
     ["task", r.taskId], ["attempt", String(r.attempt)], ["category", r.category ?? "-"], ["status", r.status],
@@ -245,7 +261,7 @@ async function trialPage(runId, trialId) {
     const chunks = [];
     let next = 0;
     while (next !== null) {
-      const c = await api(`/api/runs/${enc(runId)}/trials/${enc(trialId)}/file?name=agent/trajectory.json&offset=${next}`);
+      const c = await api(`api/runs/${enc(runId)}/trials/${enc(trialId)}/file?name=agent/trajectory.json&offset=${next}`);
       chunks.push(c.text);
       next = c.next;
     }
@@ -275,14 +291,14 @@ async function trialPage(runId, trialId) {
     h("h2", {}, "Logs"),
     Object.entries(t.files).filter(([name]) => name !== "agent/trajectory.json").map(([name, size]) => logBlock(runId, trialId, name, /** @type {number} */ (size))),
     Object.keys(t.files).length === 0 ? h("p", { class: "muted" }, "no logs recorded") : null,
-    h("p", { class: "muted" }, t.trialDir),
+    t.trialDir ? h("p", { class: "muted" }, t.trialDir) : null,
   );
 }
 
 /** @param {string} a @param {string} b */
 async function comparePage(a, b) {
   setCrumbs([["runs", "#/"], [`compare ${a} / ${b}`, ""]]);
-  const c = await api(`/api/compare?a=${enc(a)}&b=${enc(b)}`);
+  const c = await api(`api/compare?a=${enc(a)}&b=${enc(b)}`);
   const k = c.comparison;
   const d = k.rewardDifference;
   show(
@@ -314,9 +330,16 @@ function currentRoute() {
   return location.hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
 }
 
+/** @param {unknown} error */
+function fail(error) {
+  if (error instanceof SignedOut) return void signedOut();
+  show(h("h1", {}, "Not found"), h("p", { class: "error" }, String(/** @type {Error} */ (error).message)), h("a", { href: "#/" }, "all runs"));
+}
+
 let rendering = Promise.resolve();
 function route() {
   rendering = rendering.then(async () => {
+    if (!session.signedIn) return loginPage();
     const [page, a, sub, b] = currentRoute();
     try {
       if (page === "run" && a && sub === "trial" && b) await trialPage(a, b);
@@ -324,14 +347,82 @@ function route() {
       else if (page === "compare" && a && sub) await comparePage(a, sub);
       else await runsPage();
     } catch (error) {
-      show(h("h1", {}, "Not found"), h("p", { class: "error" }, String(/** @type {Error} */ (error).message)), h("a", { href: "#/" }, "all runs"));
+      fail(error);
     }
   });
   return rendering;
 }
 
+// ---- session (the server's /ui; proctor view has no login) --------------------------------------
+
+/** @type {{login: boolean, signedIn: boolean, identity: string | null}} */
+let session = { login: false, signedIn: false, identity: null };
+
+async function loadSession() {
+  session = await api("api/session");
+  who.replaceChildren(
+    ...(session.login && session.signedIn
+      ? [h("span", { class: "muted", id: "identity" }, session.identity ?? ""), " ", h("button", { id: "logout", onclick: () => void logout() }, "Sign out")]
+      : []),
+  );
+}
+
+function signedOut() {
+  session = { ...session, signedIn: false };
+  who.replaceChildren();
+  if (socket) socket.close();
+  loginPage();
+}
+
+/**
+ * The token goes in a POST body, never in a URL (URLs end up in logs, history and Referer
+ * headers); the server answers with an HttpOnly, SameSite=Strict session cookie that scripts
+ * cannot read.
+ */
+function loginPage() {
+  setCrumbs([["sign in", ""]]);
+  const input = /** @type {HTMLInputElement} */ (h("input", { type: "password", id: "token", name: "token", autocomplete: "current-password", required: true, "aria-label": "token", size: 48 }));
+  const message = h("p", { class: "error", id: "login-error" }, "");
+  const form = h("form", { id: "login", class: "filters", onsubmit: (/** @type {Event} */ e) => {
+    e.preventDefault();
+    void (async () => {
+      const res = await fetch("api/login", { method: "POST", headers: { "content-type": "application/json", accept: "application/json" }, credentials: "same-origin", body: JSON.stringify({ token: input.value }) });
+      if (!res.ok) {
+        const body = await res.json().catch(() => ({}));
+        message.textContent = body.message || `sign-in failed (${res.status})`;
+        return;
+      }
+      input.value = "";
+      await loadSession();
+      connect();
+      await route();
+    })();
+  } }, h("label", { for: "token" }, "Token "), input, h("button", { type: "submit" }, "Sign in"));
+  show(
+    h("h1", {}, "Sign in"),
+    form,
+    message,
+    h("p", { class: "muted" }, "Paste a bearer token of this server (auth token), or a one-time login token from POST /ui/login-token signed with your hotkey (auth epistula). It is sent once in the request body; the browser keeps only an HttpOnly session cookie."),
+  );
+  input.focus();
+}
+
+async function logout() {
+  await fetch("api/logout", { method: "POST", credentials: "same-origin" });
+  signedOut();
+}
+
+// ---- live updates ---------------------------------------------------------------------------------
+
+/** @type {WebSocket | null} */
+let socket = null;
 function connect() {
-  const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`);
+  if (socket) return;
+  const url = new URL("ws", location.href);
+  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+  url.hash = "";
+  const ws = new WebSocket(url.href);
+  socket = ws;
   ws.addEventListener("open", () => {
     live.textContent = "live";
     live.className = "live on";
@@ -344,12 +435,22 @@ function connect() {
     if (!page || (page === "run" && sub !== "trial" && msg.runIds.includes(a)) || (page === "compare" && (msg.runIds.includes(a) || msg.runIds.includes(sub)))) void route();
   });
   ws.addEventListener("close", () => {
+    socket = null;
     live.textContent = "offline";
     live.className = "live off";
-    setTimeout(connect, 2000);
+    if (!session.signedIn) return;
+    // Reconnect only while signed in (a refused upgrade would be a console error on every try).
+    setTimeout(() => {
+      loadSession().then(() => (session.signedIn ? connect() : signedOut()), () => undefined);
+    }, 2000);
   });
 }
 
 window.addEventListener("hashchange", () => void route());
-void route();
-connect();
+loadSession().then(
+  () => {
+    void route();
+    if (session.signedIn) connect();
+  },
+  (error) => fail(error),
+);

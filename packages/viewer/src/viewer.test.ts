@@ -78,6 +78,7 @@ afterAll(async () => {
   await rm(root, { recursive: true, force: true });
 });
 
+/** A page of the viewer (a path on `viewer`, or a full URL of another viewer), watched for errors and foreign requests. */
 async function open(path: string): Promise<Page> {
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   page.on("console", (m) => {
@@ -159,6 +160,68 @@ describe.skipIf(!haveChromium)("proctor view in Chromium", () => {
   });
 
   test("no console errors and no request left localhost", () => {
+    expect(consoleErrors).toEqual([]);
+    expect(foreignRequests).toEqual([]);
+  });
+});
+
+describe.skipIf(!haveChromium)("a run of 10,000 trials with a 1 MB log", () => {
+  let big: ViewerHandle;
+  const runId = "20250303-100000-big";
+  const N = 10_000;
+  const statusOf = (i: number): TrialResult["status"] => (i % 10 === 0 ? "error" : i % 3 === 0 ? "failed" : "passed");
+
+  beforeAll(async () => {
+    const dir = join(root, "big", runId);
+    await mkdir(dir, { recursive: true });
+    const ids = Array.from({ length: N }, (_, i) => `task-${String(i).padStart(5, "0")}`);
+    const results = ids.map((id, i) => trial(id, statusOf(i), { category: `cat-${i % 7}`, durationMs: 1000 + i, ...(statusOf(i) === "error" ? { error: { kind: "agent" as const, message: `agent crashed on ${id}` } } : {}) }));
+    await writeFile(join(dir, "run.json"), JSON.stringify({ runId, tasks: ids.map((id) => ({ id, hash: "h" })), sources: [tasksDir], agent: { kind: "oracle" }, agentHash: null, runtime: "local", attempts: 1, concurrency: 1, timeoutMultiplier: 1, defaultImage: null, configHash: "x" }));
+    await writeFile(join(dir, "results.jsonl"), results.map((r) => `${JSON.stringify(r)}\n`).join(""));
+    await writeSummary(dir, runId, N, results, "completed", "2025-03-03T10:00:00.000Z");
+    const t = join(dir, "trials", "task-00042__1", "agent");
+    await mkdir(t, { recursive: true });
+    const lines = Array.from({ length: 14_000 }, (_, i) => `line ${String(i + 1).padStart(6, "0")} ${"x".repeat(60)}`);
+    await writeFile(join(t, "stdout.txt"), `${lines.join("\n")}\nTHE END OF THE LOG\n`); // ~1 MB
+    big = await startViewer({ paths: [join(root, "big")], port: 0, pollMs: 300 });
+  });
+  afterAll(async () => {
+    await big?.close();
+  });
+
+  test("the trial table pages, filters and searches on the server; page 2 holds the next 50 trials", async () => {
+    const page = await open(new URL(`/#/run/${runId}`, big.url).href);
+    await page.locator("#page-info").getByText("1–50 of 10000").waitFor();
+    expect(await page.locator("main table").last().locator("tbody tr").count()).toBe(50);
+    await page.getByRole("button", { name: "next →" }).click();
+    await page.locator("#page-info").getByText("51–100 of 10000").waitFor();
+    const ids = await page.locator("main table").last().locator("tbody tr td:first-child").allInnerTexts();
+    expect(ids).toEqual(Array.from({ length: 50 }, (_, i) => `task-${String(50 + i).padStart(5, "0")}__1`));
+    await page.getByLabel("status").selectOption("error");
+    await page.locator("#page-info").getByText("1–50 of 1000").waitFor();
+    await page.getByLabel("search task id").fill("task-0004");
+    await page.locator("#page-info").getByText("1–1 of 1").waitFor(); // task-00040 is the only error among task-0004x
+    await page.getByLabel("status").selectOption("");
+    await page.locator("#page-info").getByText("1–10 of 10").waitFor();
+    await page.screenshot({ path: join(SHOTS, "run-10000.png"), fullPage: true });
+    await page.close();
+  });
+
+  test("a 1 MB log shows its tail first; earlier parts load on request", async () => {
+    const page = await open(new URL(`/#/run/${runId}/trial/task-00042__1`, big.url).href);
+    const log = page.locator('pre[data-file="agent/stdout.txt"]');
+    await log.getByText("THE END OF THE LOG").waitFor();
+    const tail = await log.innerText();
+    expect(tail.length).toBeLessThan(70 * 1024);
+    expect(tail).not.toContain("line 000001 ");
+    await page.locator('button[data-more="agent/stdout.txt"]').click();
+    await page.locator('button[data-more="agent/stdout.txt"]').getByText(/load earlier \(128 of \d+ KiB shown\)/).waitFor();
+    expect((await log.innerText()).length).toBeGreaterThan(tail.length + 60 * 1024);
+    await page.screenshot({ path: join(SHOTS, "trial-1mb-log.png") });
+    await page.close();
+  });
+
+  test("no console errors and no request left localhost (10,000-trial pages)", () => {
     expect(consoleErrors).toEqual([]);
     expect(foreignRequests).toEqual([]);
   });
