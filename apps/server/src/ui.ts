@@ -29,7 +29,8 @@ export interface UiOptions {
 
 /** Failed sign-ins per client address per minute before 429. */
 const MAX_LOGIN_FAILURES = 20;
-const LIVE_FLUSH_MS = 200;
+/** Changes are announced at most this often: each refetch of a big run recomputes its report. */
+const LIVE_FLUSH_MS = 500;
 const PING_MS = 30_000;
 const WS_BUFFER_CAP = 1024 * 1024;
 const INSTRUCTION_MAX = 256 * 1024;

@@ -48,8 +48,15 @@ export interface ApiAnswer {
 const notFound = (message: string): ApiAnswer => ({ status: 404, body: { error: "not_found", message } });
 const badRequest = (message: string): ApiAnswer => ({ status: 400, body: { error: "bad_request", message } });
 
-function report(run: RunDir, resamples: number): RunReport {
-  return run.cached(`report:${resamples}`, () => buildRunReport(run.loaded(), { resamples }));
+/** Bootstrap draws per report: the run page of a live 10,000-trial run is recomputed on every change. */
+const BOOTSTRAP_DRAWS = 1_000_000;
+
+/** The run's report, once per change; the bootstrap's resamples shrink with the run (its `method` says how many). */
+function report(run: RunDir): RunReport {
+  return run.cached("report", () => {
+    const resamples = Math.max(100, Math.min(500, Math.floor(BOOTSTRAP_DRAWS / Math.max(1, run.results.length))));
+    return buildRunReport(run.loaded(), { resamples });
+  });
 }
 
 function listEntry(run: RunDir, options: ViewerApiOptions) {
@@ -61,7 +68,7 @@ function baseEntry(run: RunDir) {
   return run.cached("entry", () => {
     const results = run.results;
     const s = run.summary;
-    const r = report(run, 200);
+    const r = report(run);
     const passed = r.trials.passed;
     return {
       runId: run.runId,
@@ -214,7 +221,7 @@ export async function answerApi(source: RunSource, path: readonly string[], quer
     const run = await runOr404(id);
     if (!run) return notFound(`no run ${id}`);
     if (sub === undefined) {
-      const r = report(run, 500);
+      const r = report(run);
       return {
         status: 200,
         body: {
