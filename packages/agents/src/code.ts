@@ -85,7 +85,7 @@ function prologue(): string {
 }
 
 function agentEnv(ctx: AgentContext): Record<string, string> {
-  const env: Record<string, string> = { PROCTOR_DEADLINE_MS: String(ctx.deadlineMs) };
+  const env: Record<string, string> = { ...ctx.env, PROCTOR_DEADLINE_MS: String(ctx.deadlineMs) };
   if (Buffer.byteLength(ctx.task.instruction) <= MAX_INSTRUCTION_ENV_BYTES) {
     env.PROCTOR_INSTRUCTION = ctx.task.instruction;
   } else {
@@ -100,7 +100,8 @@ function agentEnv(ctx: AgentContext): Record<string, string> {
 /**
  * An agent given as a host directory: uploaded to /agent, started by its entrypoint in the
  * task's workdir with PROCTOR_INSTRUCTION, PROCTOR_INSTRUCTION_FILE, PROCTOR_WORKDIR,
- * PROCTOR_DEADLINE_MS, TASK_PROMPT (the instruction file) and REPO_DIR (the workdir).
+ * PROCTOR_DEADLINE_MS, TASK_PROMPT (the instruction file) and REPO_DIR (the workdir), plus
+ * `ctx.env` (the model proxy's OPENAI_BASE_URL / OPENAI_API_KEY when the run has one).
  * Throws AgentConfigError at once when the directory has no entrypoint.
  */
 export function codeAgent(dir: string): Agent {

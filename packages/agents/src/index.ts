@@ -10,3 +10,5 @@ export { llmAgent, llmAgentFromSpec, DEFAULT_MAX_TURNS } from "./llm";
 export { LLM_TOOLS, DEFAULT_TOOL_OUTPUT_BYTES, DEFAULT_BASH_TIMEOUT_SEC } from "./llm-tools";
 export { ATIF_SCHEMA_VERSION } from "./llm-trajectory";
 export type { StopReason } from "./llm-trajectory";
+export type { ModelProxyAgent } from "./model-proxy";
+export { withModelProxy, MODEL_PROXY_PORT } from "./model-proxy";

@@ -15,6 +15,11 @@ export interface AgentContext {
   /** Host directory for this trial's agent logs (stdout.txt, stderr.txt land here). */
   logDir: string;
   logger?: Logger;
+  /**
+   * Extra env vars for the agent's processes in the sandbox (e.g. OPENAI_BASE_URL and a
+   * per-trial OPENAI_API_KEY from the model proxy). Agents that start processes pass them on.
+   */
+  env?: Record<string, string>;
 }
 
 export interface AgentRunResult {
@@ -29,6 +34,8 @@ export interface AgentRunResult {
   model?: string;
   /** Token and request counts of a model-driven agent (recorded in result.json `agent.usage`). */
   usage?: { inputTokens: number; outputTokens: number; requests: number; retries: number };
+  /** Set when the agent was stopped for a reason of its own making (a spent model budget): an `agent` error. */
+  error?: string;
 }
 
 /**

@@ -13,6 +13,7 @@ import { readRunConfig, SerialQueue, writeJsonAtomic } from "./store";
 import { trialIdOf } from "./ids";
 import { effectiveLimits, isolates, type RunLimits, type TrialEnvironment } from "./trial/context";
 import { runTrial } from "./trial/trial";
+import { startRunModelProxy } from "./trial/model-proxy";
 import { RepoCache } from "./workspace";
 
 export interface RunOptions {
@@ -215,7 +216,10 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
       bus.emit({ type: "trial_finished", trialId: result.trialId, taskId: result.taskId, data: result });
     });
 
+  let modelProxy: Awaited<ReturnType<typeof startRunModelProxy>> = null;
   try {
+    modelProxy = await startRunModelProxy(options.agent, agent, logger);
+    if (modelProxy) trialEnv.agent = modelProxy.agent;
     await writeJsonAtomic(summaryPath, summaryNow("running"));
     bus.emit({
       type: "run_started",
@@ -269,6 +273,7 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     throw error;
   } finally {
     options.signal?.removeEventListener("abort", onAbort);
+    await modelProxy?.close();
     // Removals the runtime finishes in the background (and its warm sandboxes): none may outlive the run.
     await options.runtime.drain?.().catch((error: unknown) =>
       logger.error("removing the run's sandboxes failed", { runId, error: error instanceof Error ? error.message : String(error) }),

@@ -7,6 +7,8 @@ export { OpenAIChatModel, DEFAULT_BASE_URL, DEFAULT_API_KEY_ENV } from "./client
 export { AdaptiveLimiter } from "./limiter";
 export { DEFAULT_RETRY_POLICY, parseRetryAfter, backoffDelay, systemClock } from "./retry";
 export { startScriptedModelServer } from "./scripted-server";
+export type { ModelProxy, ModelProxyOptions, ModelProxySession, ModelProxySessionOptions, ModelProxyUsage } from "./proxy";
+export { startModelProxy } from "./proxy";
 export {
   LlmError,
   LlmHttpError,

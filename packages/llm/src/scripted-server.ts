@@ -39,6 +39,8 @@ export interface ScriptedServerOptions {
   apiKey?: string;
   /** When set, requests naming another model get 404 model_not_found (as vLLM does). */
   models?: string[];
+  /** Address to listen on. Default 127.0.0.1 (`baseUrl` always names 127.0.0.1). */
+  host?: string;
 }
 
 export interface ScriptedServer {
@@ -148,7 +150,7 @@ export async function startScriptedModelServer(options: ScriptedServerOptions): 
       });
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  await new Promise<void>((resolve) => server.listen(0, options.host ?? "127.0.0.1", resolve));
   const { port } = server.address() as AddressInfo;
   return {
     baseUrl: `http://127.0.0.1:${port}/v1`,

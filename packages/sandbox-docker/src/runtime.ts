@@ -23,6 +23,7 @@ import { DockerSandbox } from "./sandbox";
 import { DOCKER_CAPABILITIES } from "./capabilities";
 import { READY, SETUP_FAILED, startAndWaitReady } from "./ready";
 import { watchOwner } from "./watchdog";
+import { DEFAULT_FORWARDER_IMAGE, startHostSocketForwarder } from "./host-socket";
 import { TOOLCHAIN_DIR, TRUSTED_BUSYBOX, ensureToolchainVolume } from "./toolchain";
 
 export interface DockerRuntimeOptions {
@@ -45,6 +46,8 @@ export interface DockerRuntimeOptions {
    * Default true; off only to test reap() itself.
    */
   watchdog?: boolean;
+  /** Image of the container behind `forwardHostSocket` (needs python3). Default proctor/base:bookworm. */
+  forwarderImage?: string;
 }
 
 export const DEFAULT_WARM_POOL = 4;
@@ -113,6 +116,7 @@ export class DockerRuntime implements SandboxRuntime {
   private toolchainVolume: Promise<string> | undefined;
   private readonly lifetimeStepMs: number;
   private readonly watchdog: boolean;
+  private readonly forwarderImage: string;
   readonly docker: Dockerode;
   readonly ownerId: string;
   private readonly logger: Logger;
@@ -129,6 +133,7 @@ export class DockerRuntime implements SandboxRuntime {
     this.ownerId = options.ownerId ?? currentOwnerLabel();
     this.lifetimeStepMs = options.lifetimeStepMs ?? DEFAULT_LIFETIME_STEP_MS;
     this.watchdog = options.watchdog !== false;
+    this.forwarderImage = options.forwarderImage ?? DEFAULT_FORWARDER_IMAGE;
     this.images = new ImageResolver(this.docker, this.logger);
     this.pool = new WarmPool<DockerSandbox>({
       max: options.warmPool ?? DEFAULT_WARM_POOL,
@@ -321,6 +326,7 @@ export class DockerRuntime implements SandboxRuntime {
       throw new SandboxStartError(`Creating a container from "${spec.image}" failed: ${daemonMessage(error)}`, { cause: error });
     }
     const sandbox = new DockerSandbox(container, spec.workdir, spec.imageUser, this.logger, (removal) => this.trackRemoval(removal));
+    sandbox.hostSocketForwarder = (path, port) => startHostSocketForwarder(this.docker, container, path, port, { image: this.forwarderImage, logger: this.logger });
     try {
       throwIfAborted(signal);
       // Docker creates the workdir; the entrypoint creates the log dirs and reports on stdout.

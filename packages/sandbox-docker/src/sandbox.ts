@@ -330,6 +330,17 @@ export class DockerSandbox implements Sandbox {
     return this.killing;
   }
 
+  /** Set by the runtime: starts the forwarder behind forwardHostSocket (see host-socket.ts). */
+  hostSocketForwarder: ((hostSocketPath: string, port: number) => Promise<{ close(): Promise<void> }>) | undefined;
+
+  async forwardHostSocket(hostSocketPath: string, port: number): Promise<{ close(): Promise<void> }> {
+    this.assertOpen("forwardHostSocket");
+    if (!this.hostSocketForwarder) throw new SandboxError("forwardHostSocket: this sandbox was not created by a DockerRuntime");
+    const forwarder = await this.hostSocketForwarder(hostSocketPath, port);
+    this.onKill(() => void forwarder.close());
+    return forwarder;
+  }
+
   /** Runs `hook` once, at the first kill(). */
   onKill(hook: () => void): void {
     if (this.closed) hook();

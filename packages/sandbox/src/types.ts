@@ -175,6 +175,13 @@ export interface Sandbox extends AsyncDisposable {
   outOfMemoryKills?(): Promise<number>;
   /** For a stopped sandbox: true when something outside it stopped it (a daemon restart), not its own processes. */
   stoppedExternally?(): Promise<boolean>;
+  /**
+   * Optional: make the host Unix socket `hostSocketPath` reachable inside the sandbox as TCP
+   * 127.0.0.1:`port` and nothing else (the sandbox's network stays as it was created). Resolves
+   * once connections are accepted; `close()` (also done by kill) removes it. Used by the model
+   * proxy; a runtime whose sandboxes are host processes has no need for it.
+   */
+  forwardHostSocket?(hostSocketPath: string, port: number): Promise<{ close(): Promise<void> }>;
 }
 
 export interface SandboxRuntime {

@@ -1,10 +1,29 @@
 import { z } from "zod";
 
+/**
+ * A model proxy for an agent that calls a model from inside its sandbox: each trial gets
+ * OPENAI_BASE_URL (the proxy) and a per-trial token as OPENAI_API_KEY; the proxy sends every
+ * request upstream to `baseUrl` as `model` with the key from `$apiKeyEnv` (read in the engine
+ * process only, never recorded) and stops the trial at its budget.
+ */
+export const ModelProxySpec = z.object({
+  model: z.string().min(1),
+  baseUrl: z.string().url(),
+  apiKeyEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name"),
+  /** Prompt + completion tokens one trial may use. */
+  budgetTokens: z.number().int().positive().optional(),
+  /** Model requests one trial may make. */
+  budgetRequests: z.number().int().positive().optional(),
+  /** Most upstream requests in flight at once across the run's trials. */
+  llmConcurrency: z.number().int().positive().optional(),
+});
+export type ModelProxySpec = z.infer<typeof ModelProxySpec>;
+
 export const AgentSpec = z.discriminatedUnion("kind", [
   z.object({ kind: z.literal("oracle") }),
   z.object({ kind: z.literal("nop") }),
-  /** A host directory uploaded to /agent and started by its entrypoint. */
-  z.object({ kind: z.literal("code"), dir: z.string() }),
+  /** A host directory uploaded to /agent and started by its entrypoint; `modelProxy` gives it a model. */
+  z.object({ kind: z.literal("code"), dir: z.string(), modelProxy: ModelProxySpec.optional() }),
   /**
    * The built-in tool loop over an OpenAI-compatible chat-completions endpoint. `apiKeyEnv` is
    * the NAME of the env var holding the key (read in the engine process only); the key itself

@@ -1,0 +1,113 @@
+import { mkdir, rename, writeFile } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
+import { startModelProxy, type ModelProxy, type ModelProxySession } from "@proctor/llm";
+import type { Logger, ModelProxySpec } from "@proctor/schema";
+import { RunFatalAgentError } from "./errors";
+import type { Agent, AgentContext } from "./types";
+
+/** TCP port of the proxy inside a container sandbox (127.0.0.1 of the sandbox's own network namespace). */
+export const MODEL_PROXY_PORT = 41_999;
+
+export interface ModelProxyAgent {
+  /** The wrapped agent: give it to the engine. */
+  agent: Agent;
+  /** Stops the proxy (every token stops working). Call when the run ends. */
+  close(): Promise<void>;
+}
+
+interface TrialProxy {
+  session: ModelProxySession;
+  forwarder: { close(): Promise<void> } | null;
+  env: Record<string, string>;
+  finished?: Promise<void>;
+}
+
+/**
+ * Starts a model proxy for `spec` and wraps `inner` (an agent that calls a model from inside
+ * its sandbox, e.g. a code agent) so each trial gets OPENAI_BASE_URL / OPENAI_API_BASE pointing
+ * at the proxy, a per-trial token as OPENAI_API_KEY, and OPENAI_MODEL / PROCTOR_MODEL. The real
+ * key is read here from `env[spec.apiKeyEnv]` and stays in this process.
+ *
+ * Reachability: a sandbox that offers `forwardHostSocket` (Docker) gets the proxy's Unix socket
+ * as 127.0.0.1:MODEL_PROXY_PORT inside its own network namespace and nothing else; other
+ * sandboxes (host processes) use the proxy's 127.0.0.1 TCP port.
+ *
+ * When the trial ends its token is revoked, the trajectory goes to `<logDir>/trajectory.json`,
+ * and result.json gets the model and usage. A spent budget stops the agent and is an `agent`
+ * error naming the budget; an upstream that rejects the key or the model stops the run.
+ */
+export async function withModelProxy(inner: Agent, spec: ModelProxySpec, options: { env?: NodeJS.ProcessEnv; logger?: Logger } = {}): Promise<ModelProxyAgent> {
+  const env = options.env ?? process.env;
+  const proxy: ModelProxy = await startModelProxy({
+    upstreamBaseUrl: spec.baseUrl,
+    model: spec.model,
+    apiKeyEnv: spec.apiKeyEnv,
+    ...(env[spec.apiKeyEnv] ? { apiKey: env[spec.apiKeyEnv] } : {}),
+    ...(spec.llmConcurrency !== undefined ? { maxConcurrency: spec.llmConcurrency } : {}),
+    ...(options.logger ? { logger: options.logger } : {}),
+  });
+  const trials = new WeakMap<object, TrialProxy>();
+
+  const open = async (ctx: AgentContext): Promise<TrialProxy> => {
+    const session = proxy.openSession({
+      label: basename(dirname(ctx.logDir)),
+      ...(spec.budgetTokens !== undefined ? { budgetTokens: spec.budgetTokens } : {}),
+      ...(spec.budgetRequests !== undefined ? { budgetRequests: spec.budgetRequests } : {}),
+    });
+    let forwarder: TrialProxy["forwarder"] = null;
+    let baseUrl = proxy.tcpBaseUrl;
+    if (ctx.sandbox.forwardHostSocket) {
+      try {
+        forwarder = await ctx.sandbox.forwardHostSocket(proxy.socketPath, MODEL_PROXY_PORT);
+      } catch (error) {
+        session.close();
+        throw error;
+      }
+      baseUrl = `http://127.0.0.1:${MODEL_PROXY_PORT}/v1`;
+    }
+    const trial: TrialProxy = {
+      session,
+      forwarder,
+      env: { OPENAI_BASE_URL: baseUrl, OPENAI_API_BASE: baseUrl, OPENAI_API_KEY: session.token, OPENAI_MODEL: spec.model, PROCTOR_MODEL: spec.model },
+    };
+    trials.set(ctx.sandbox, trial);
+    return trial;
+  };
+
+  /** Revokes the token, removes the forwarder, writes the trajectory. Once per trial. */
+  const finish = (trial: TrialProxy, ctx: AgentContext): Promise<void> =>
+    (trial.finished ??= (async () => {
+      trial.session.close();
+      trials.delete(ctx.sandbox);
+      await trial.forwarder?.close();
+      await mkdir(ctx.logDir, { recursive: true });
+      const path = join(ctx.logDir, "trajectory.json");
+      await writeFile(`${path}.tmp`, `${JSON.stringify(trial.session.trajectory(), null, 2)}\n`);
+      await rename(`${path}.tmp`, path);
+    })());
+
+  const agent: Agent = {
+    name: inner.name,
+    async setup(ctx) {
+      const trial = await open(ctx);
+      try {
+        await inner.setup?.({ ...ctx, env: { ...ctx.env, ...trial.env } });
+      } catch (error) {
+        await finish(trial, ctx);
+        throw error;
+      }
+    },
+    async run(ctx) {
+      const trial = trials.get(ctx.sandbox) ?? (await open(ctx));
+      const { session } = trial;
+      try {
+        const result = await inner.run({ ...ctx, env: { ...ctx.env, ...trial.env }, signal: AbortSignal.any([ctx.signal, session.stopped]) });
+        if (session.fatal) throw new RunFatalAgentError(`model proxy: ${session.fatal}; check --model, --base-url and $${spec.apiKeyEnv}`);
+        return { ...result, model: spec.model, usage: session.usage(), ...(session.exceeded ? { error: `agent stopped: ${session.exceeded}` } : {}) };
+      } finally {
+        await finish(trial, ctx);
+      }
+    },
+  };
+  return { agent, close: () => proxy.close() };
+}
