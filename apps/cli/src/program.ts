@@ -6,6 +6,7 @@ import { reportCommand } from "./commands/report";
 import { viewCommand } from "./commands/view";
 import { serveCommand } from "./commands/serve";
 import { submitCommand } from "./commands/submit";
+import { verifyReceiptCommand } from "./commands/verify-receipt";
 import { EngineError, RunStorageError } from "@proctor/engine";
 import { AgentConfigError, RunFatalAgentError } from "@proctor/agents";
 import { RuntimeUnavailableError } from "@proctor/sandbox";
@@ -156,6 +157,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--max-uploads <n>", "uploads in progress at once; more get 503", positiveInt("--max-uploads"), 8)
     .option("--max-uploads-per-key <n>", "uploads in progress at once per hotkey/token; more get 429", positiveInt("--max-uploads-per-key"), 2)
     .option("--allow-undigested-uploads", "accept signed uploads without Content-Digest (old clients; their body is read before the signature is checked)", false)
+    .option("--receipt-key <file>", "sign each finished batch's receipt (GET /batch/:id/receipt) with the sr25519 key in FILE (a mnemonic, 0x seed or Bittensor hotkey JSON)")
     .action(async (o) =>
       setExitCode(
         await serveCommand({
@@ -163,7 +165,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
           maxActiveBatches: o.maxActiveBatches, maxQueuedBatches: o.maxQueuedBatches, maxConcurrentTasks: o.maxConcurrentTasks,
           insecure: o.insecure, hotkeysFile: o.hotkeysFile, retentionDays: o.retentionDays, allowLocalRepos: o.allowLocalRepos, unsafeLocalRuntime: o.unsafeLocalRuntime,
           isolateVerifier: o.isolateVerifier, adminHotkeys: o.adminHotkeys, maxUploads: o.maxUploads, maxUploadsPerKey: o.maxUploadsPerKey,
-          allowUndigestedUploads: o.allowUndigestedUploads, logger,
+          allowUndigestedUploads: o.allowUndigestedUploads, receiptKey: o.receiptKey, logger,
         }),
       ),
     );
@@ -182,6 +184,17 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
       setExitCode(
         await submitCommand({ archive, server: o.server, keyFile: o.keyFile, token: o.token, signedFor: o.signedFor, concurrentTasks: o.concurrentTasks, json: o.json, logger }),
       ),
+    );
+
+  program
+    .command("verify-receipt")
+    .description("check a server's signed batch receipt: its signature, and with --run-dir the hashes of results, summary, tasks and agent code")
+    .argument("<receipt>", "the receipt file (GET /batch/:id/receipt, or receipt.json in the batch's directory)")
+    .option("--run-dir <dir>", "compare the hashes with this batch directory's files")
+    .option("--signer <ss58>", "require this SS58 address (the server's key) to have signed")
+    .option("--json", "print the verification result as JSON", false)
+    .action(async (receipt: string, o) =>
+      setExitCode(await verifyReceiptCommand({ receipt, runDir: o.runDir, signer: o.signer, json: o.json })),
     );
 
   program

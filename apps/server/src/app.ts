@@ -13,6 +13,8 @@ import type { RequestAuthenticator, PendingAuth } from "./auth";
 import type { Batch, BatchManager } from "./batches";
 import { BadHeaderError, BadRequestError, NotFoundError, PayloadTooLargeError, ServerError } from "./errors";
 import type { ServerMetrics } from "./metrics";
+import { batchReceipt } from "./receipt";
+import type { BatchReceipts } from "./receipt";
 import { stagingDir } from "./store";
 import { ServerUi } from "./ui";
 import { UploadSlots, contentDigestMismatch, sha256Hex, stageBody } from "./upload";
@@ -52,6 +54,8 @@ export interface AppContext {
   allowUndigestedUploads: boolean;
   /** Resolves when the sandbox runtime answers; rejects with the reason otherwise. */
   runtimeCheck: () => Promise<void>;
+  /** Signs finished batches' receipts; null when the server has no --receipt-key. */
+  receipts: BatchReceipts | null;
 }
 
 declare module "fastify" {
@@ -243,6 +247,10 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
     const { id, task_id } = parse(TaskParams, request.params, "path parameter");
     ownBatch(request, id);
     return ctx.manager.taskDetail(id, task_id);
+  });
+  app.get("/batch/:id/receipt", async (request) => {
+    const { id } = parse(BatchParams, request.params, "path parameter");
+    return batchReceipt(ctx.receipts, ownBatch(request, id));
   });
   app.post("/batch/:id/cancel", async (request) => {
     const { id } = parse(BatchParams, request.params, "path parameter");

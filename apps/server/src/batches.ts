@@ -14,6 +14,7 @@ import { loadTermExecutorArchive } from "@proctor/tasks";
 import type { TermExecutorArchive } from "@proctor/tasks";
 import { ConflictError, InvalidArchiveError, NotFoundError, PayloadTooLargeError, QueueFullError, UnavailableError } from "./errors";
 import type { ServerMetrics } from "./metrics";
+import type { BatchReceipts } from "./receipt";
 import { BATCH_FILES, BatchRecord, batchesRoot, forEachJsonLine, readJsonFile, stagingDir } from "./store";
 import type { StagedBody } from "./upload";
 import { consumeArchivePart } from "./upload";
@@ -40,6 +41,8 @@ export interface BatchManagerOptions {
   isolateVerifier?: boolean;
   /** Resource limits for uploaded tasks: defaults, maxima, collected log bytes. */
   limits: RunLimits;
+  /** Signs each finished batch's receipt (`--receipt-key`); null: no receipts. */
+  receipts?: BatchReceipts | null;
   logger: Logger;
   metrics: ServerMetrics;
 }
@@ -619,6 +622,8 @@ export class BatchManager {
   }
 
   private async finalize(batch: Batch, status: BatchStatus, summary: RunSummary | null, runFinished: ProctorEvent | null, error: string | null = null): Promise<void> {
+    // Signed before the status flips, so whoever sees the batch finished finds its receipt.
+    await this.options.receipts?.write(batch, status);
     batch.status = status;
     batch.error = error;
     batch.durationMs = summary?.durationMs ?? (batch.startedAtMs === null ? 0 : Date.now() - batch.startedAtMs);

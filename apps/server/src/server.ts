@@ -13,9 +13,11 @@ import { AUTH_MODES, RequestAuthenticator } from "./auth";
 import { BatchManager } from "./batches";
 import { ServerError } from "./errors";
 import { ServerMetrics } from "./metrics";
+import { BatchReceipts } from "./receipt";
 import { stagingDir } from "./store";
 import { DEFAULT_WS_OPTIONS, WsHub } from "./ws-hub";
 import type { RunLimits } from "@proctor/engine";
+import type { ReceiptSigner } from "@proctor/report";
 
 /**
  * Limits every uploaded task gets unless it asks for less (defaults), and that no uploaded task
@@ -86,6 +88,11 @@ export interface StartServerOptions {
   allowUndigestedUploads?: boolean;
   /** Delete finished batches older than this many days (on start and hourly); default: keep. */
   retentionDays?: number | null;
+  /**
+   * Signs each finished batch's receipt, served at GET /batch/:id/receipt (a `Keypair` from
+   * @proctor/auth `loadKeypair({ file })`); default: no receipts (that route answers 404).
+   */
+  receiptKey?: ReceiptSigner;
   /** How long close() lets running batches stop before giving up (default 30 s). */
   shutdownGraceMs?: number;
   /** WebSocket heartbeat interval (default 30 s). */
@@ -181,6 +188,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     logger,
   }));
   const metrics = new ServerMetrics();
+  const receipts = options.receiptKey ? new BatchReceipts({ signer: options.receiptKey, allowLocalRepos: options.allowLocalRepos ?? false, logger }) : null;
   const manager = new BatchManager({
     dataDir,
     runtime: options.runtime,
@@ -193,6 +201,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     allowLocalRepos: options.allowLocalRepos ?? false,
     ...(options.isolateVerifier !== undefined ? { isolateVerifier: options.isolateVerifier } : {}),
     limits: options.limits ?? UPLOAD_LIMITS,
+    receipts,
     logger,
     metrics,
   });
@@ -221,6 +230,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     uploadIdleTimeoutMs: config.uploadIdleTimeoutMs,
     allowUndigestedUploads: config.allowUndigestedUploads,
     runtimeCheck,
+    receipts,
   });
   await manager.start();
   try {
@@ -236,6 +246,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   const hostForUrl = config.host.includes(":") && !config.host.startsWith("[") ? `[${config.host}]` : config.host;
   const url = `http://${hostForUrl}:${port}`;
   logger.info("server listening", { url, auth: config.auth, dataDir, runtime: options.runtime.name, admins: auth.adminCount });
+  if (receipts) logger.info("signing batch receipts", { signer: receipts.signer });
   if (config.allowUndigestedUploads && config.auth === "epistula") {
     logger.warn("uploads without Content-Digest are accepted: their bodies are staged before the signature is checked (allowUndigestedUploads)");
   }

@@ -21,3 +21,26 @@ export class FormatError extends ReportError {
     this.name = "FormatError";
   }
 }
+
+/** Thrown when a receipt cannot be built or a value cannot be put in canonical JSON. */
+export class ReceiptError extends ReportError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "ReceiptError";
+  }
+}
+
+/**
+ * Thrown when a receipt is unreadable or not a receipt of this format: `source` is its file (or
+ * "receipt"), `field` the first field at fault (null when the whole file is, e.g. not JSON).
+ */
+export class ReceiptFormatError extends ReceiptError {
+  readonly source: string;
+  readonly field: string | null;
+  constructor(source: string, field: string | null, problem: string, options?: { cause?: unknown }) {
+    super(field === null ? `${source}: ${problem}` : `${source}: field ${field}: ${problem}`, options);
+    this.name = "ReceiptFormatError";
+    this.source = source;
+    this.field = field;
+  }
+}

@@ -1,4 +1,4 @@
-export { ReportError, RunReadError, FormatError } from "./errors";
+export { ReportError, RunReadError, FormatError, ReceiptError, ReceiptFormatError } from "./errors";
 export { loadRun, findRunDirs, isRunDir, parseResults, agentLabel, modelLabel } from "./load";
 export type { LoadedRun } from "./load";
 export { buildRunReport, buildComparison, trialReason, trialFlags, fullReason } from "./model";
@@ -9,3 +9,17 @@ export { renderCsv, renderJunit, buildSwebenchReport, xmlEscape } from "./machin
 export type { SwebenchReport } from "./machine";
 export { renderReport, FORMATS } from "./render";
 export type { ReportFormat, RenderOptions } from "./render";
+export {
+  RECEIPT_FORMAT,
+  TREE_DIGEST_FORMAT,
+  RECEIPT_FILES,
+  buildReceipt,
+  verifyReceipt,
+  parseReceipt,
+  readReceipt,
+  canonicalJson,
+  receiptMessage,
+  treeDigest,
+  sha256File,
+} from "./receipt";
+export type { Receipt, ReceiptBody, ReceiptSigner, BuildReceiptOptions, VerifyReceiptOptions, ReceiptVerification, ReceiptProblem } from "./receipt";

@@ -1,4 +1,5 @@
 import { resolve } from "node:path";
+import { KeyLoadError, loadKeypair, type Keypair } from "@proctor/auth";
 import type { Logger } from "@proctor/schema";
 import { startServer, AUTH_MODES, type AuthMode } from "@proctor/server";
 import { UsageError } from "../errors";
@@ -28,6 +29,8 @@ export interface ServeOptions {
   maxUploadsPerKey?: number;
   /** --allow-undigested-uploads: accept signed uploads without Content-Digest (staged, checked after). */
   allowUndigestedUploads?: boolean;
+  /** --receipt-key: a file holding the sr25519 key that signs batch receipts (the secret never goes on the command line). */
+  receiptKey?: string;
   logger: Logger;
 }
 
@@ -42,6 +45,16 @@ export async function serveCommand(options: ServeOptions): Promise<number> {
       "proctor serve would run uploaded agent code on the local runtime: host processes with no isolation. " +
         "Start a Docker engine (tools/docker/ensure-engine.sh) and use --runtime docker, or pass --unsafe-local-runtime if every upload is trusted.",
     );
+  }
+  let receiptKey: Keypair | undefined;
+  if (options.receiptKey !== undefined) {
+    try {
+      receiptKey = loadKeypair({ file: options.receiptKey, logger: options.logger });
+    } catch (error) {
+      // KeyLoadError names the file, never the secret.
+      if (error instanceof KeyLoadError) throw new UsageError(`--receipt-key ${error.message}`, { cause: error });
+      throw error;
+    }
   }
   const server = await startServer({
     host: options.host,
@@ -62,8 +75,10 @@ export async function serveCommand(options: ServeOptions): Promise<number> {
     ...(options.maxUploads !== undefined ? { maxConcurrentUploads: options.maxUploads } : {}),
     ...(options.maxUploadsPerKey !== undefined ? { maxConcurrentUploadsPerKey: options.maxUploadsPerKey } : {}),
     allowUndigestedUploads: options.allowUndigestedUploads ?? false,
+    ...(receiptKey !== undefined ? { receiptKey } : {}),
     logger: options.logger,
   });
+  if (receiptKey !== undefined) process.stderr.write(`proctor serve: signing batch receipts as ${receiptKey.address}\n`);
   process.stderr.write(`proctor serve: listening on ${server.url} (auth ${options.auth}, runtime ${runtime.name}, data ${resolve(options.dataDir)})\n`);
   await new Promise<void>((done) => {
     const stop = (name: string) => () => {

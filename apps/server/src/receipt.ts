@@ -1,0 +1,94 @@
+import { join } from "node:path";
+import { writeJsonAtomic } from "@proctor/engine";
+import { buildReceipt, parseReceipt } from "@proctor/report";
+import type { Receipt, ReceiptSigner } from "@proctor/report";
+import type { Logger } from "@proctor/schema";
+import { loadTermExecutorArchive } from "@proctor/tasks";
+import type { Batch } from "./batches";
+import { ConflictError, ServerError } from "./errors";
+import { BATCH_FILES, readJsonFile } from "./store";
+import type { BatchStatus } from "./wire";
+
+/** The signed receipt in a finished batch's directory. */
+export const RECEIPT_FILE = "receipt.json";
+
+/** 404: the server has no receipt key, so it signs no receipts. */
+class ReceiptsDisabledError extends ServerError {
+  override name = "ReceiptsDisabledError";
+  constructor() {
+    super(404, "receipts_disabled", "this server was started without --receipt-key, so it signs no batch receipts; ask its operator to restart it with --receipt-key FILE");
+  }
+}
+
+/**
+ * Signs finished batches' receipts (@proctor/report `buildReceipt`) with the server's key and
+ * keeps them as `receipt.json` in the batch directory. The bundles hashed are the extracted
+ * upload's `tasks/<id>/` directories and `agent_code/` (tree digests of the files as they are
+ * on disk; the uploaded archive itself is not kept).
+ */
+export class BatchReceipts {
+  private readonly signing = new Map<string, Promise<Receipt>>();
+
+  constructor(private readonly options: { signer: ReceiptSigner; allowLocalRepos: boolean; logger: Logger }) {}
+
+  /** The SS58 address receipts are signed by. */
+  get signer(): string {
+    return this.options.signer.address;
+  }
+
+  /** Sign and store the receipt of a batch that just finished with `status`; failures are logged, never thrown. */
+  async write(batch: Batch, status: BatchStatus): Promise<void> {
+    await this.sign(batch, status).catch((error: unknown) => {
+      this.options.logger.error("could not sign the batch receipt", { batchId: batch.id, error: error instanceof Error ? error.message : String(error) });
+    });
+  }
+
+  /**
+   * GET /batch/:id/receipt: the stored receipt; a batch that finished without one (under a server
+   * started without a key, or whose signing failed) is signed now. 409 while the batch runs.
+   */
+  async get(batch: Batch): Promise<Receipt> {
+    if (!batch.finished) {
+      throw new ConflictError(`batch ${batch.id} is ${batch.status}; its receipt is signed when it finishes (completed, failed or cancelled): poll GET /batch/${batch.id}`);
+    }
+    const stored = await readJsonFile(join(batch.dir, RECEIPT_FILE)).catch(() => null);
+    if (stored !== null) return parseReceipt(stored, `batch ${batch.id} ${RECEIPT_FILE}`);
+    return this.sign(batch, batch.status);
+  }
+
+  private sign(batch: Batch, status: BatchStatus): Promise<Receipt> {
+    const running = this.signing.get(batch.id);
+    if (running) return running;
+    const done = this.build(batch, status).finally(() => this.signing.delete(batch.id));
+    this.signing.set(batch.id, done);
+    return done;
+  }
+
+  private async build(batch: Batch, status: BatchStatus): Promise<Receipt> {
+    if (status !== "completed" && status !== "failed" && status !== "cancelled") throw new Error(`batch ${batch.id} is ${status}, not finished`);
+    const loaded = await loadTermExecutorArchive(join(batch.dir, BATCH_FILES.upload), { allowLocalRepos: this.options.allowLocalRepos, logger: this.options.logger });
+    const byId = new Map(loaded.tasks.map((t) => [t.id, t.sourcePath]));
+    const tasks = batch.record.taskIds.map((id) => {
+      const dir = byId.get(id);
+      if (dir === undefined) throw new Error(`task ${id} of the upload no longer loads; cannot hash its bundle`);
+      return { id, dir };
+    });
+    const receipt = await buildReceipt({
+      runDir: batch.dir,
+      batchId: batch.id,
+      status,
+      submittedBy: batch.record.submittedBy,
+      tasks,
+      agentDir: loaded.agentDir,
+      signer: this.options.signer,
+    });
+    await writeJsonAtomic(join(batch.dir, RECEIPT_FILE), receipt);
+    return receipt;
+  }
+}
+
+/** GET /batch/:id/receipt: 404 when the server signs no receipts. */
+export function batchReceipt(receipts: BatchReceipts | null, batch: Batch): Promise<Receipt> {
+  if (receipts === null) throw new ReceiptsDisabledError();
+  return receipts.get(batch);
+}
