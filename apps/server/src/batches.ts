@@ -383,7 +383,15 @@ export class BatchManager {
     const checks = parsed.data.checks ?? [];
     return {
       ...base,
-      test_results: checks.map((c) => ({ name: c.name, passed: c.passed, exit_code: c.exitCode, timed_out: c.timedOut, output: c.output })),
+      test_results: checks.map((c) => ({
+        name: c.name,
+        command: c.command ?? null,
+        passed: c.passed,
+        exit_code: c.exitCode,
+        timed_out: c.timedOut,
+        duration_ms: c.durationMs ?? null,
+        output: c.output,
+      })),
       test_output: checks.map((c) => `== ${c.name} (exit ${c.exitCode ?? "none"})\n${c.output}`).join("\n"),
       phases: parsed.data.phases.map((p) => ({ phase: p.phase, duration_ms: Math.round(p.durationMs) })),
       agent: parsed.data.agent === null ? null : { exit_code: parsed.data.agent.exitCode, timed_out: parsed.data.agent.timedOut },

@@ -211,7 +211,7 @@ describe("engine on the local runtime", () => {
       checks: commands.map((command, i) => ({ name: `c${i}`, command, timeoutSec: i === 2 ? 1 : 30 })),
     });
     const tasks = [
-      inlineTask("checks-pass", join(root.path, "inline"), { verifier: checks(["bash tests/ok.sh", "test -d tests"]) }),
+      inlineTask("checks-pass", join(root.path, "inline"), { verifier: checks(["bash ok.sh", "test -f ok.sh && test ! -e tests"]) }),
       inlineTask("checks-fail", join(root.path, "inline"), { verifier: checks(["true", "echo boom; exit 3", "sleep 10"]) }),
       inlineTask("checks-none", join(root.path, "inline"), { verifier: checks([]) }),
     ];

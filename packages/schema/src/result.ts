@@ -26,7 +26,12 @@ export const CheckResult = z.object({
   passed: z.boolean(),
   exitCode: z.number().nullable(),
   timedOut: z.boolean(),
+  /** Head and tail of stdout + stderr (capped). */
   output: z.string(),
+  /** The shell string that ran (absent in results written before Proctor recorded it). */
+  command: z.string().optional(),
+  /** Wall time of the check (absent in older results). */
+  durationMs: z.number().nonnegative().optional(),
 });
 export type CheckResult = z.infer<typeof CheckResult>;
 

@@ -72,8 +72,8 @@ describe("loadTermExecutorArchive", () => {
         testsDir: join(taskDir, "tests"),
         timeoutSec: 240,
         checks: [
-          { name: "test_fix.sh", command: "bash tests/test_fix.sh", timeoutSec: 120 },
-          { name: "unit/more checks.sh", command: "bash 'tests/unit/more checks.sh'", timeoutSec: 120 },
+          { name: "test_fix.sh", command: 'bash "$PROCTOR_WORKDIR"/test_fix.sh', timeoutSec: 120 },
+          { name: "unit/more checks.sh", command: `bash "$PROCTOR_WORKDIR"/'unit/more checks.sh'`, timeoutSec: 120 },
         ],
       },
       extra: { difficulty_score: 3, install_config: { python: "3.11" } },
@@ -83,8 +83,8 @@ describe("loadTermExecutorArchive", () => {
         testsDir: null,
         timeoutSec: 600,
         checks: [
-          { name: "check_2.sh", command: "pytest -q tests/test_a.py", timeoutSec: 300 },
-          { name: "check_3.sh", command: "cargo test", timeoutSec: 300 },
+          { name: "check_2.sh", command: "set -e\npytest -q tests/test_a.py", timeoutSec: 300 },
+          { name: "check_3.sh", command: "set -e\ncargo test", timeoutSec: 300 },
         ],
       },
       agent: { timeoutSec: 600 },
@@ -93,8 +93,8 @@ describe("loadTermExecutorArchive", () => {
       workspace: { install: ["pip install ."] },
       verifier: {
         checks: [
-          { name: "fail_to_pass_0.sh", command: "pytest t/test_fix.py" },
-          { name: "pass_to_pass_1.sh", command: "pytest t/test_ok.py" },
+          { name: "fail_to_pass_0.sh", command: "set -e\npytest t/test_fix.py" },
+          { name: "pass_to_pass_1.sh", command: "set -e\npytest t/test_ok.py" },
         ],
       },
       solution: { command: TERM_EXECUTOR_SOLUTION_COMMAND },
@@ -102,7 +102,7 @@ describe("loadTermExecutorArchive", () => {
     expect(await readFile(join(must(fromF2p?.solution).dir, "solution.patch"), "utf8")).toBe("diff --git a/x b/x\n");
   });
 
-  test("checks run from the workdir once tests/ is copied in: pass when the work is done, fail otherwise", async () => {
+  test("checks run from the repo root once the tests/ files are written into it: pass when the work is done, fail otherwise", async () => {
     const { root, cacheDir } = await archive(archiveFiles());
     const { tasks } = await loadTermExecutorArchive(root, { cacheDir });
     const task = must(tasks[0]);
@@ -110,11 +110,11 @@ describe("loadTermExecutorArchive", () => {
     const { checks, testsDir } = task.verifier;
     const work = join(cacheDir, "..", "work");
     await mkdir(work, { recursive: true });
-    await cp(must(testsDir), join(work, "tests"), { recursive: true });
+    await cp(must(testsDir), work, { recursive: true });
     const exitCodes = () =>
       checks.map((check) => {
         try {
-          execFileSync("bash", ["-c", check.command], { cwd: work, stdio: "ignore" });
+          execFileSync("bash", ["-c", check.command], { cwd: work, stdio: "ignore", env: { ...process.env, PROCTOR_WORKDIR: work } });
           return 0;
         } catch (error) {
           return (error as { status: number }).status;
@@ -188,7 +188,7 @@ describe("loadTermExecutorArchive", () => {
     const warnings: string[] = [];
     const logger: Logger = { ...silentLogger, warn: (m) => void warnings.push(m) };
     const { task } = await loadTermExecutorTask(join(root, "tasks/t"), { cacheDir, logger });
-    expect(task?.verifier.mode === "checks" && task.verifier.checks.map((c) => c.command)).toEqual(["bash tests/a.sh"]);
+    expect(task?.verifier.mode === "checks" && task.verifier.checks.map((c) => c.command)).toEqual(['bash "$PROCTOR_WORKDIR"/a.sh']);
     expect(warnings).toEqual(["checks.txt ignored: tests/*.sh scripts take precedence"]);
   });
 

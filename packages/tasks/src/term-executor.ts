@@ -192,7 +192,8 @@ export async function loadTermExecutorTask(dir: string, options: TermExecutorOpt
   const checks: CheckSpec[] = [];
   if (testsDir !== null) {
     for (const entry of await listTree(testsDir)) {
-      if (entry.rel.endsWith(".sh")) checks.push({ name: entry.rel, command: `bash ${shellQuote(`tests/${entry.rel}`)}`, timeoutSec: checkTimeout });
+      // Written to <repo>/<rel> and run as `bash <repo>/<rel>` from the repo root, as term-executor does.
+      if (entry.rel.endsWith(".sh")) checks.push({ name: entry.rel, command: `bash "$PROCTOR_WORKDIR"/${shellQuote(entry.rel)}`, timeoutSec: checkTimeout });
     }
   }
   const checksTxt = join(root, "checks.txt");
@@ -204,7 +205,7 @@ export async function loadTermExecutorTask(dir: string, options: TermExecutorOpt
     const lines = ((await readText(checksTxt, checksReport)) ?? "").split(/\r?\n/);
     lines.forEach((line, index) => {
       const command = line.trim();
-      if (command !== "" && !command.startsWith("#")) checks.push({ name: `check_${index}.sh`, command, timeoutSec: checkTimeout });
+      if (command !== "" && !command.startsWith("#")) checks.push({ name: `check_${index}.sh`, command: asScript(command), timeoutSec: checkTimeout });
     });
   }
   if (checks.length > 0) {
@@ -212,10 +213,10 @@ export async function loadTermExecutorTask(dir: string, options: TermExecutorOpt
       logger.warn("fail_to_pass/pass_to_pass ignored: tests/*.sh or checks.txt take precedence", { taskId: id });
     }
   } else {
-    failToPass.forEach((command, i) => checks.push({ name: `fail_to_pass_${i}.sh`, command, timeoutSec: checkTimeout }));
-    passToPass.forEach((command, i) => checks.push({ name: `pass_to_pass_${failToPass.length + i}.sh`, command, timeoutSec: checkTimeout }));
+    failToPass.forEach((command, i) => checks.push({ name: `fail_to_pass_${i}.sh`, command: asScript(command), timeoutSec: checkTimeout }));
+    passToPass.forEach((command, i) => checks.push({ name: `pass_to_pass_${failToPass.length + i}.sh`, command: asScript(command), timeoutSec: checkTimeout }));
   }
-  const emptyCheck = checks.find((check) => check.command.trim() === "");
+  const emptyCheck = checks.find((check) => check.command.replace(SCRIPT_PREFIX, "").trim() === "");
   if (emptyCheck) fail(yamlReport, `${emptyCheck.name.replace(/_\d+\.sh$/, "")} has an empty command`);
   if (checks.length === 0) {
     fail(dirReport, "has no checks: add tests/*.sh scripts, a checks.txt, or fail_to_pass/pass_to_pass in workspace.yaml (a task without checks cannot pass)");
@@ -278,6 +279,15 @@ export async function loadTermExecutorTask(dir: string, options: TermExecutorOpt
     extra: yaml.rest(),
   };
   return finish(spec, dirReport);
+}
+
+/**
+ * term-executor turns each checks.txt line and fail_to_pass/pass_to_pass command into a script
+ * `set -e` + the command, run by bash from the repo root: the same shell text, run the same way.
+ */
+const SCRIPT_PREFIX = "set -e\n";
+function asScript(command: string): string {
+  return `${SCRIPT_PREFIX}${command}`;
 }
 
 /** A word the shell reads back unchanged. */

@@ -3,8 +3,9 @@ import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { parseReward } from "@proctor/reward";
 import { CappedFile, RuntimeUnavailableError, SANDBOX_PATHS, SandboxLostError, SandboxStoppedError, type SandboxProcess, type ExecOptions, type ExecResult, type Sandbox } from "@proctor/sandbox";
-import type { CheckResult, Integrity } from "@proctor/schema";
+import type { Integrity } from "@proctor/schema";
 import { findTampering, type Tampering } from "../integrity";
+import { runChecks } from "./checks";
 import { CHECK_OUTPUT_BYTES, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, effectiveLimits, isolates, message, tail, throwIfAborted, type SandboxAttempt } from "./context";
 
 const REWARD_MAX_BYTES = 1024 * 1024;
@@ -21,11 +22,11 @@ export interface RewardRead {
 type RewardFile = { state: "none" } | { state: "file"; data: Buffer; stamp: string } | { state: "link" | "other" };
 
 /** argv running `script` with the sandbox's trusted shell (the read-only busybox in a container). */
-function trusted(sandbox: Sandbox, script: string, args: string[] = []): string[] {
+export function trusted(sandbox: Sandbox, script: string, args: string[] = []): string[] {
   return [...sandbox.trustedTools, "sh", "-c", script, "proctor", ...args];
 }
 
-function adminOptions(sandbox: Sandbox): Pick<ExecOptions, "user"> {
+export function adminOptions(sandbox: Sandbox): Pick<ExecOptions, "user"> {
   return sandbox.adminUser !== undefined ? { user: sandbox.adminUser } : {};
 }
 
@@ -206,8 +207,6 @@ done
 echo "status $status"
 `;
 
-const CHECK_WRAPPER = `exec bash --noprofile --norc -c "$1"`;
-
 /** Splits the wrapper's stdout into the tests' output (streamed on) and Proctor's trailer after the marker. */
 class TrailerSplitter {
   private held = Buffer.alloc(0);
@@ -271,11 +270,11 @@ function parseTrailer(trailer: string): RewardRead | null {
 /**
  * Phase 5: empty the verifier's directories, upload the tests fresh and run them. For a
  * reward-file verifier the reward is read in the same exec, right after the tests exit; for
- * checks every check runs with bash (no profile, no rc files) and all must exit 0.
+ * checks see runChecks (term-executor semantics: tests/ files in the repo root).
  * Returns the reward read, or null (checks mode, or an error was recorded).
  */
 export async function runVerifier(attempt: SandboxAttempt): Promise<RewardRead | null> {
-  const { task, sandbox, signal, state, env, trialDir } = attempt;
+  const { task, sandbox, signal, state, trialDir } = attempt;
   const verifier = task.verifier;
   if (verifier.mode === "checks" && verifier.checks.length === 0) {
     state.errors.push({ kind: "verifier", message: `task ${task.id} has no checks: nothing would be verified, so it cannot pass` });
@@ -285,27 +284,7 @@ export async function runVerifier(attempt: SandboxAttempt): Promise<RewardRead |
   const admin = adminOptions(sandbox);
 
   if (verifier.mode === "checks") {
-    if (verifier.testsDir) await sandbox.upload(verifier.testsDir, `${sandbox.workdir.replace(/\/+$/, "")}/tests`);
-    const checks: CheckResult[] = [];
-    for (const check of verifier.checks) {
-      const result = await sandbox.exec(trusted(sandbox, CHECK_WRAPPER, [check.command]), {
-        ...admin,
-        env: verifier.env,
-        timeoutMs: check.timeoutSec * 1000 * env.timeoutMultiplier,
-        signal,
-        maxOutputBytes: CHECK_OUTPUT_BYTES,
-      });
-      throwIfAborted(signal);
-      checks.push({
-        name: check.name,
-        passed: !result.timedOut && result.exitCode === 0,
-        exitCode: result.timedOut ? null : result.exitCode,
-        timedOut: result.timedOut,
-        output: outputOf(result, CHECK_OUTPUT_BYTES),
-      });
-    }
-    state.checks = checks;
-    state.reward = checks.every((c) => c.passed) ? 1 : 0;
+    await runChecks(attempt, verifier);
     return null;
   }
 
@@ -373,7 +352,7 @@ function scoreReward(read: RewardRead, state: SandboxAttempt["state"]): void {
   }
 }
 
-function outputOf(result: ExecResult, cap: number): string {
+export function outputOf(result: ExecResult, cap: number): string {
   const text = [result.stdout, result.stderr].filter((s) => s.length > 0).join("\n");
   return Buffer.byteLength(text) <= cap ? text : `${Buffer.from(text).subarray(0, cap).toString("utf8")}\n[proctor: output cut]`;
 }
