@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startScriptedModelServer, type ScriptedReply, type ScriptedRequest, type ScriptedServer } from "@proctor/llm";
 import { dockerTestGate } from "@proctor/sandbox-docker";
+import { parseAgent } from "./commands/run";
 import { proctor, repoRoot } from "./test-support";
 
 const examples = join(repoRoot, "examples/tasks");
@@ -170,4 +171,14 @@ describe.skipIf(!docker)("proctor run --agent llm on Docker", () => {
     }
     expect((await allText(join(out, "llm-docker"))).filter((f) => f.text.includes(KEY)).map((f) => f.path)).toEqual([]);
   });
+});
+
+test("--llm-proxy turns a code agent's --model/--base-url/--api-key-env into a modelProxy spec; misplaced flags are usage errors", () => {
+  const dir = tmpdir();
+  const spec = parseAgent(dir, null, { llmProxy: true, model: "m", baseUrl: "http://127.0.0.1:9/v1", apiKeyEnv: "K", llmBudgetTokens: 100 });
+  expect(spec).toEqual({ kind: "code", dir, modelProxy: { model: "m", baseUrl: "http://127.0.0.1:9/v1", apiKeyEnv: "K", budgetTokens: 100 } });
+  expect(() => parseAgent("llm", null, { model: "m", llmProxy: true })).toThrow(/--llm-proxy go with a code agent/);
+  expect(() => parseAgent(dir, null, { llmProxy: true, model: "m", maxTurns: 3 })).toThrow(/--max-turns only go with --agent llm/);
+  expect(() => parseAgent("oracle", null, { llmProxy: true, model: "m" })).toThrow(/use it with --agent <agent-dir>/);
+  expect(() => parseAgent(dir, null, { llmBudgetTokens: 5 })).toThrow(/--llm-budget-tokens only go with --agent llm, or with a code agent and --llm-proxy/);
 });

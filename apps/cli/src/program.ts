@@ -68,6 +68,9 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     })
     .option("--max-output-tokens <n>", "--agent llm: max_tokens per model reply", positiveInt("--max-output-tokens"))
     .option("--llm-concurrency <n>", "--agent llm: most model requests in flight (shrinks on 429s, grows back)", positiveInt("--llm-concurrency"))
+    .option("--llm-proxy", "code agent: give it --model through Proctor's per-trial proxy (OPENAI_BASE_URL + a per-trial OPENAI_API_KEY)")
+    .option("--llm-budget-tokens <n>", "--llm-proxy: prompt + completion tokens per trial; beyond it the agent is stopped", positiveInt("--llm-budget-tokens"))
+    .option("--llm-budget-requests <n>", "--llm-proxy: model requests per trial; beyond it the agent is stopped", positiveInt("--llm-budget-requests"))
     .option("--json", "print summary.json on stdout", false)
     .action(async (sources: string[], o) => {
       setExitCode(
@@ -94,6 +97,9 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
             temperature: o.temperature,
             maxOutputTokens: o.maxOutputTokens,
             llmConcurrency: o.llmConcurrency,
+            llmProxy: o.llmProxy,
+            llmBudgetTokens: o.llmBudgetTokens,
+            llmBudgetRequests: o.llmBudgetRequests,
           },
           json: o.json,
           logger,
@@ -158,6 +164,11 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--max-uploads-per-key <n>", "uploads in progress at once per hotkey/token; more get 429", positiveInt("--max-uploads-per-key"), 2)
     .option("--allow-undigested-uploads", "accept signed uploads without Content-Digest (old clients; their body is read before the signature is checked)", false)
     .option("--receipt-key <file>", "sign each finished batch's receipt (GET /batch/:id/receipt) with the sr25519 key in FILE (a mnemonic, 0x seed or Bittensor hotkey JSON)")
+    .option("--llm-proxy-base-url <url>", "give every batch's agent a model through Proctor's per-trial model proxy to this OpenAI-compatible URL")
+    .option("--llm-api-key-env <var>", "--llm-proxy-base-url: NAME of the env var holding the upstream key (default OPENAI_API_KEY)")
+    .option("--llm-models <list>", "--llm-proxy-base-url: comma-separated models a batch may name with ?model= (the first is the default)")
+    .option("--llm-budget-tokens <n>", "--llm-proxy-base-url: prompt + completion tokens per trial", positiveInt("--llm-budget-tokens"))
+    .option("--llm-budget-requests <n>", "--llm-proxy-base-url: model requests per trial", positiveInt("--llm-budget-requests"))
     .action(async (o) =>
       setExitCode(
         await serveCommand({
@@ -165,7 +176,8 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
           maxActiveBatches: o.maxActiveBatches, maxQueuedBatches: o.maxQueuedBatches, maxConcurrentTasks: o.maxConcurrentTasks,
           insecure: o.insecure, hotkeysFile: o.hotkeysFile, retentionDays: o.retentionDays, allowLocalRepos: o.allowLocalRepos, unsafeLocalRuntime: o.unsafeLocalRuntime,
           isolateVerifier: o.isolateVerifier, adminHotkeys: o.adminHotkeys, maxUploads: o.maxUploads, maxUploadsPerKey: o.maxUploadsPerKey,
-          allowUndigestedUploads: o.allowUndigestedUploads, receiptKey: o.receiptKey, logger,
+          allowUndigestedUploads: o.allowUndigestedUploads, receiptKey: o.receiptKey,
+          llmProxyBaseUrl: o.llmProxyBaseUrl, llmApiKeyEnv: o.llmApiKeyEnv, llmModels: o.llmModels, llmBudgetTokens: o.llmBudgetTokens, llmBudgetRequests: o.llmBudgetRequests, logger,
         }),
       ),
     );

@@ -212,7 +212,7 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
         (error: Error) => done(error),
       );
     });
-    const SubmitQuery = z.object({ concurrent_tasks: z.coerce.number().int().min(1).max(ctx.maxConcurrentTasks).optional() });
+    const SubmitQuery = z.object({ concurrent_tasks: z.coerce.number().int().min(1).max(ctx.maxConcurrentTasks).optional(), model: z.string().min(1).max(256).optional() });
     submit.post("/submit", async (request, reply) => {
       const query = parse(SubmitQuery, request.query, "query parameter");
       if (!request.staged) throw new BadRequestError("POST /submit takes a multipart/form-data body with the archive in field `archive` (or `file`)");
@@ -221,6 +221,7 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
         contentType: request.headers["content-type"] ?? "",
         concurrentTasks: query.concurrent_tasks,
         submittedBy: request.proctorIdentity,
+        model: query.model,
       });
       return reply.code(202).send(result);
     });

@@ -9,10 +9,10 @@ import { startRun, trialIdOf, writeJsonAtomic, type RunLimits } from "@proctor/e
 import type { EventBus } from "@proctor/events";
 import type { SandboxRuntime } from "@proctor/sandbox";
 import { TrialResult } from "@proctor/schema";
-import type { Logger, ProctorEvent, RunSummary, TrialStatus } from "@proctor/schema";
+import type { Logger, ModelProxySpec, ProctorEvent, RunSummary, TrialStatus } from "@proctor/schema";
 import { loadTermExecutorArchive } from "@proctor/tasks";
 import type { TermExecutorArchive } from "@proctor/tasks";
-import { ConflictError, InvalidArchiveError, NotFoundError, PayloadTooLargeError, QueueFullError, UnavailableError } from "./errors";
+import { BadRequestError, ConflictError, ForbiddenError, InvalidArchiveError, NotFoundError, PayloadTooLargeError, QueueFullError, UnavailableError } from "./errors";
 import type { ServerMetrics } from "./metrics";
 import type { BatchReceipts } from "./receipt";
 import { BATCH_FILES, BatchRecord, batchesRoot, forEachJsonLine, readJsonFile, stagingDir } from "./store";
@@ -23,6 +23,16 @@ import type { BatchStatus, WireEnvelope } from "./wire";
 
 /** Server batches run each task once. */
 const BATCH_ATTEMPT = 1;
+
+/** The server's model proxy: upstream, the key's env var NAME, the models a batch may name (the first is the default). */
+export interface ServerModelProxy {
+  baseUrl: string;
+  apiKeyEnv: string;
+  models: string[];
+  budgetTokens?: number;
+  budgetRequests?: number;
+  llmConcurrency?: number;
+}
 
 export interface BatchManagerOptions {
   dataDir: string;
@@ -43,6 +53,8 @@ export interface BatchManagerOptions {
   limits: RunLimits;
   /** Signs each finished batch's receipt (`--receipt-key`); null: no receipts. */
   receipts?: BatchReceipts | null;
+  /** Gives every batch's agent a model through the per-trial model proxy (`--llm-proxy-base-url`); null: none. */
+  modelProxy?: ServerModelProxy | null;
   logger: Logger;
   metrics: ServerMetrics;
 }
@@ -284,8 +296,9 @@ export class BatchManager {
    * package's limits), load its tasks, write batch.json and queue it. On any error nothing is
    * left on disk.
    */
-  async submit(input: { staged: StagedBody; contentType: string; concurrentTasks: number | undefined; submittedBy: string | null }): Promise<SubmitResult> {
+  async submit(input: { staged: StagedBody; contentType: string; concurrentTasks: number | undefined; submittedBy: string | null; model?: string | undefined }): Promise<SubmitResult> {
     if (this.closing) throw new UnavailableError("the server is shutting down; submit again once it is back");
+    const model = this.pickModel(input.model);
     const capacity = this.options.maxActiveBatches + this.options.maxQueuedBatches;
     if (this.active.size + this.queue.length + this.reserved >= capacity) {
       throw new QueueFullError(
@@ -316,6 +329,7 @@ export class BatchManager {
         cancelledAt: null,
         error: null,
         finishedAt: null,
+        ...(model !== null ? { model } : {}),
       };
       await writeJsonAtomic(join(dir, BATCH_FILES.record), record);
       const batch = new Batch(dir, record, "queued");
@@ -441,6 +455,23 @@ export class BatchManager {
     }
   }
 
+  /** The model a new batch gets: `?model=` when the server allows it, else the server's default; null without a model proxy. */
+  private pickModel(asked: string | undefined): string | null {
+    const proxy = this.options.modelProxy;
+    if (asked === undefined) return proxy?.models[0] ?? null;
+    if (!proxy) throw new BadRequestError(`model: this server has no model proxy, so a batch cannot name a model; leave out ?model=`);
+    if (!proxy.models.includes(asked)) throw new ForbiddenError(`model: ${JSON.stringify(asked.slice(0, 200))} is not allowed on this server; allowed: ${proxy.models.join(", ")}`);
+    return asked;
+  }
+
+  private modelProxySpec(record: BatchRecord): { modelProxy?: ModelProxySpec } {
+    const proxy = this.options.modelProxy;
+    const model = record.model ?? proxy?.models[0];
+    if (!proxy || !model) return {};
+    const { models: _models, ...rest } = proxy;
+    return { modelProxy: { ...rest, model } };
+  }
+
   /** Refuse an archive whose tasks do not load or that has no usable agent_code/; returns the agent directory. */
   private checkLoaded(loaded: TermExecutorArchive, uploadDir: string): string {
     if (loaded.errors.length > 0) {
@@ -530,7 +561,7 @@ export class BatchManager {
         runId: batch.id,
         runDir: batch.dir,
         tasks: loaded.tasks,
-        agent: { kind: "code", dir: agentDir },
+        agent: { kind: "code", dir: agentDir, ...this.modelProxySpec(batch.record) },
         runtime: this.options.runtime,
         concurrency: batch.record.concurrentTasks,
         attempts: BATCH_ATTEMPT,

@@ -25,6 +25,8 @@ export interface SubmitBatchOptions extends ClientAuth {
   /** A .tar.gz / .tar / .zip holding tasks/ and agent_code/. */
   archivePath: string;
   concurrentTasks?: number;
+  /** `?model=`: the model the batch's agent gets through the server's model proxy (one the server allows). */
+  model?: string;
   /** Called with the 202 answer, before the WebSocket is opened. */
   onSubmitted?: (result: SubmitResult) => void;
   /** Every WebSocket message (snapshot, batch_started, task_*, batch_complete), in order. */
@@ -142,7 +144,10 @@ async function uploadOnce(options: SubmitBatchOptions): Promise<SubmitResult> {
       yield tail;
     })(),
   );
-  const query = options.concurrentTasks === undefined ? "" : `?concurrent_tasks=${options.concurrentTasks}`;
+  const params = new URLSearchParams();
+  if (options.concurrentTasks !== undefined) params.set("concurrent_tasks", String(options.concurrentTasks));
+  if (options.model !== undefined) params.set("model", options.model);
+  const query = params.size === 0 ? "" : `?${params.toString()}`;
   const response = await request(new URL(`/submit${query}`, options.server), {
     method: "POST",
     body,

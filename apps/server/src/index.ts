@@ -2,7 +2,7 @@ export { startServer, isLoopback, ServerConfigError } from "./server";
 export type { StartServerOptions, RunningServer } from "./server";
 export { submitBatch, uploadArchive, followBatch, requestJson, authHeaders } from "./client";
 export type { SubmitBatchOptions, ClientAuth, BatchStatusJson } from "./client";
-export type { SubmitResult } from "./batches";
+export type { SubmitResult, ServerModelProxy } from "./batches";
 export type { AuthMode } from "./auth";
 export { AUTH_MODES } from "./auth";
 export type { WireEnvelope, WireEventName, BatchStatus } from "./wire";

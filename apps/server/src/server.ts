@@ -10,7 +10,7 @@ import type { Logger } from "@proctor/schema";
 import { z } from "zod";
 import { buildApp } from "./app";
 import { AUTH_MODES, RequestAuthenticator } from "./auth";
-import { BatchManager } from "./batches";
+import { BatchManager, type ServerModelProxy } from "./batches";
 import { ServerError } from "./errors";
 import { ServerMetrics } from "./metrics";
 import { BatchReceipts } from "./receipt";
@@ -93,6 +93,12 @@ export interface StartServerOptions {
    * @proctor/auth `loadKeypair({ file })`); default: no receipts (that route answers 404).
    */
   receiptKey?: ReceiptSigner;
+  /**
+   * Give every batch's agent a model through Proctor's per-trial model proxy: upstream base URL,
+   * the NAME of the env var with the key (read in this process, never sent or recorded), the
+   * models a batch may name with `?model=` (the first is the default), per-trial budgets.
+   */
+  modelProxy?: ServerModelProxy;
   /** How long close() lets running batches stop before giving up (default 30 s). */
   shutdownGraceMs?: number;
   /** WebSocket heartbeat interval (default 30 s). */
@@ -202,6 +208,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     ...(options.isolateVerifier !== undefined ? { isolateVerifier: options.isolateVerifier } : {}),
     limits: options.limits ?? UPLOAD_LIMITS,
     receipts,
+    ...(options.modelProxy ? { modelProxy: options.modelProxy } : {}),
     logger,
     metrics,
   });

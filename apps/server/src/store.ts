@@ -19,6 +19,8 @@ export const BatchRecord = z.object({
   taskIds: z.array(z.string()),
   /** Set when a user cancelled the batch: it is never resumed. */
   cancelledAt: z.string().nullable(),
+  /** The model the batch's agent gets through the model proxy (`?model=`), when the server has one. */
+  model: z.string().nullable().optional(),
   /** Set when the batch could not run to its end (engine error); it is never resumed. */
   error: z.string().nullable(),
   finishedAt: z.string().nullable(),

@@ -46,6 +46,10 @@ export interface LlmFlags {
   temperature?: number;
   maxOutputTokens?: number;
   llmConcurrency?: number;
+  /** --llm-proxy: give a code agent the model through Proctor's per-trial proxy (--model, --base-url, --api-key-env). */
+  llmProxy?: boolean;
+  llmBudgetTokens?: number;
+  llmBudgetRequests?: number;
 }
 
 /**
@@ -78,9 +82,32 @@ export function llmSpec(flags: LlmFlags, env: NodeJS.ProcessEnv = process.env): 
 }
 
 export function parseAgent(value: string | undefined, archiveAgentDir: string | null, llm: LlmFlags = {}): AgentSpec {
-  const llmFlags = Object.entries(llm).filter(([, v]) => v !== undefined).map(([k]) => `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`);
-  if (value === "llm") return llmSpec(llm);
-  if (llmFlags.length > 0) throw new UsageError(`${llmFlags.join(", ")} only go with --agent llm`);
+  const flagName = (k: string) => `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+  const given = (keys: string[]) => Object.entries(llm).filter(([k, v]) => v !== undefined && v !== false && keys.includes(k)).map(([k]) => flagName(k));
+  const proxyOnly = given(["llmProxy", "llmBudgetTokens", "llmBudgetRequests"]);
+  const loopOnly = given(["maxTurns", "temperature", "maxOutputTokens"]);
+  const llmFlags = given(Object.keys(llm));
+  if (value === "llm") {
+    if (proxyOnly.length > 0) throw new UsageError(`${proxyOnly.join(", ")} go with a code agent (--agent <dir> --llm-proxy), not --agent llm`);
+    return llmSpec(llm);
+  }
+  if (llm.llmProxy) {
+    if (loopOnly.length > 0) throw new UsageError(`${loopOnly.join(", ")} only go with --agent llm (with --llm-proxy the agent sends its own requests)`);
+    const code = value === undefined || value === "oracle" || value === "nop" ? null : parseAgent(value, archiveAgentDir);
+    const dir = value === undefined ? archiveAgentDir : code?.kind === "code" ? code.dir : null;
+    if (!dir) throw new UsageError("--llm-proxy gives a code agent a model: use it with --agent <agent-dir> (or an archive with agent_code/)");
+    const { kind: _kind, maxTurns: _t, temperature: _temp, maxOutputTokens: _m, ...model } = llmSpec(llm) as Extract<AgentSpec, { kind: "llm" }>;
+    return {
+      kind: "code",
+      dir,
+      modelProxy: {
+        ...model,
+        ...(llm.llmBudgetTokens !== undefined ? { budgetTokens: llm.llmBudgetTokens } : {}),
+        ...(llm.llmBudgetRequests !== undefined ? { budgetRequests: llm.llmBudgetRequests } : {}),
+      },
+    };
+  }
+  if (llmFlags.length > 0) throw new UsageError(`${llmFlags.join(", ")} only go with --agent llm, or with a code agent and --llm-proxy`);
   if (value === undefined) {
     if (archiveAgentDir) return { kind: "code", dir: archiveAgentDir };
     return { kind: "oracle" };
@@ -130,6 +157,11 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       if (previous.agent.kind === "llm" && agentArg === "llm") {
         const { kind: _kind, ...stored } = previous.agent;
         llmFlags = { ...stored, ...Object.fromEntries(Object.entries(llmFlags).filter(([, v]) => v !== undefined)) };
+      }
+      if (previous.agent.kind === "code" && previous.agent.modelProxy) {
+        const { budgetTokens, budgetRequests, ...stored } = previous.agent.modelProxy;
+        const storedFlags: LlmFlags = { ...stored, llmProxy: true, llmBudgetTokens: budgetTokens, llmBudgetRequests: budgetRequests };
+        llmFlags = { ...storedFlags, ...Object.fromEntries(Object.entries(llmFlags).filter(([, v]) => v !== undefined)) };
       }
       runtimeArg = previous.runtime;
       attempts = previous.attempts;

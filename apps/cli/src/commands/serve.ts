@@ -1,7 +1,8 @@
 import { resolve } from "node:path";
 import { KeyLoadError, loadKeypair, type Keypair } from "@proctor/auth";
 import type { Logger } from "@proctor/schema";
-import { startServer, AUTH_MODES, type AuthMode } from "@proctor/server";
+import { DEFAULT_API_KEY_ENV } from "@proctor/llm";
+import { startServer, AUTH_MODES, type AuthMode, type ServerModelProxy } from "@proctor/server";
 import { UsageError } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
 
@@ -31,7 +32,39 @@ export interface ServeOptions {
   allowUndigestedUploads?: boolean;
   /** --receipt-key: a file holding the sr25519 key that signs batch receipts (the secret never goes on the command line). */
   receiptKey?: string;
+  /** --llm-proxy-base-url, --llm-api-key-env, --llm-models, --llm-budget-*: a model for every batch's agent through the proxy. */
+  llmProxyBaseUrl?: string;
+  llmApiKeyEnv?: string;
+  llmModels?: string;
+  llmBudgetTokens?: number;
+  llmBudgetRequests?: number;
   logger: Logger;
+}
+
+/** The server's model proxy from flags; the key is only named (its env var), never read here. */
+function serverModelProxy(options: ServeOptions): ServerModelProxy | undefined {
+  const given = ([["--llm-api-key-env", options.llmApiKeyEnv], ["--llm-models", options.llmModels], ["--llm-budget-tokens", options.llmBudgetTokens], ["--llm-budget-requests", options.llmBudgetRequests]] as const).filter(([, v]) => v !== undefined);
+  if (options.llmProxyBaseUrl === undefined) {
+    if (given.length > 0) throw new UsageError(`${given.map(([n]) => n).join(", ")} need --llm-proxy-base-url URL`);
+    return undefined;
+  }
+  try {
+    const url = new URL(options.llmProxyBaseUrl);
+    if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error("not http(s)");
+  } catch {
+    throw new UsageError(`--llm-proxy-base-url must be an http(s) URL such as https://api.openai.com/v1, got "${options.llmProxyBaseUrl}"`);
+  }
+  const apiKeyEnv = options.llmApiKeyEnv ?? DEFAULT_API_KEY_ENV;
+  if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(apiKeyEnv)) throw new UsageError("--llm-api-key-env takes the NAME of an environment variable, not the key itself");
+  const models = (options.llmModels ?? "").split(",").map((m) => m.trim()).filter((m) => m !== "");
+  if (models.length === 0) throw new UsageError("--llm-proxy-base-url needs --llm-models a,b (the models batches may name with ?model=; the first is the default)");
+  return {
+    baseUrl: options.llmProxyBaseUrl,
+    apiKeyEnv,
+    models,
+    ...(options.llmBudgetTokens !== undefined ? { budgetTokens: options.llmBudgetTokens } : {}),
+    ...(options.llmBudgetRequests !== undefined ? { budgetRequests: options.llmBudgetRequests } : {}),
+  };
 }
 
 /** `proctor serve`: the batch server until SIGINT/SIGTERM, then a graceful stop (running batches resume on the next start). */
@@ -39,6 +72,7 @@ export async function serveCommand(options: ServeOptions): Promise<number> {
   if (!(AUTH_MODES as readonly string[]).includes(options.auth)) {
     throw new UsageError(`--auth must be one of ${AUTH_MODES.join(", ")}, got "${options.auth}"`);
   }
+  const modelProxy = serverModelProxy(options);
   const runtime = await openRuntime(parseRuntimeChoice(options.runtime), options.logger);
   if (runtime.name === "local" && !options.unsafeLocalRuntime) {
     throw new UsageError(
@@ -76,9 +110,14 @@ export async function serveCommand(options: ServeOptions): Promise<number> {
     ...(options.maxUploadsPerKey !== undefined ? { maxConcurrentUploadsPerKey: options.maxUploadsPerKey } : {}),
     allowUndigestedUploads: options.allowUndigestedUploads ?? false,
     ...(receiptKey !== undefined ? { receiptKey } : {}),
+    ...(modelProxy ? { modelProxy } : {}),
     logger: options.logger,
   });
   if (receiptKey !== undefined) process.stderr.write(`proctor serve: signing batch receipts as ${receiptKey.address}\n`);
+  if (modelProxy) {
+    const keyState = process.env[modelProxy.apiKeyEnv] ? "set" : "not set: no key is sent";
+    process.stderr.write(`proctor serve: agents get models ${modelProxy.models.join(", ")} through the model proxy to ${modelProxy.baseUrl} (key from $${modelProxy.apiKeyEnv}, ${keyState})\n`);
+  }
   process.stderr.write(`proctor serve: listening on ${server.url} (auth ${options.auth}, runtime ${runtime.name}, data ${resolve(options.dataDir)})\n`);
   await new Promise<void>((done) => {
     const stop = (name: string) => () => {
