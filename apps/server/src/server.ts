@@ -74,6 +74,8 @@ export interface StartServerOptions {
    * (allowed to sign in even if not on the allowlist) or `token:<id>`; default $PROCTOR_ADMIN_HOTKEYS.
    */
   adminHotkeys?: string[];
+  /** Accepted Epistula clock skew, and how long a signed request is remembered against replay (default 30 s). */
+  signatureWindowMs?: number;
   /** Uploads in progress at once, in total (default 8); more get 503 + Retry-After. */
   maxConcurrentUploads?: number;
   /** Uploads in progress at once per hotkey / token / client address (default 2); more get 429 + Retry-After. */
@@ -189,6 +191,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     tokens: options.tokens,
     signedFor: options.signedFor,
     adminHotkeys: options.adminHotkeys,
+    maxSkewMs: options.signatureWindowMs,
     // Survives restarts for the whole timestamp window (see @proctor/auth FileReplayCache).
     replayCachePath: replayCachePath(dataDir),
     logger,
