@@ -1,6 +1,7 @@
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import { runCommand } from "./commands/run";
 import { validateCommand } from "./commands/validate";
+import { tasksListCommand } from "./commands/tasks-list";
 import { gcCommand } from "./commands/gc";
 import { reportCommand } from "./commands/report";
 import { viewCommand } from "./commands/view";
@@ -128,6 +129,16 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .action(async (paths: string[], o) => setExitCode(await viewCommand({ paths, host: o.host, port: o.port, logger })));
 
   const tasks = program.command("tasks").description("work with task directories");
+  tasks
+    .command("list")
+    .description("list what task sources hold (id, category, difficulty, kind, path), loaded as proctor run loads them")
+    .argument("<source...>", "a task dir, a dir of task dirs, or an archive (.zip/.tar.gz)")
+    .option("-i, --include <glob>", "only task ids matching (repeatable)", collect, [])
+    .option("-x, --exclude <glob>", "skip task ids matching (repeatable)", collect, [])
+    .option("--json", "print {tasks, errors} as JSON", false)
+    .action(async (sources: string[], o) =>
+      setExitCode(await tasksListCommand({ sources, include: o.include, exclude: o.exclude, json: o.json, logger })),
+    );
   tasks
     .command("validate")
     .description("check that the oracle scores 1 and nop scores 0 on every task")

@@ -10,6 +10,8 @@ export interface PreparedSources {
   taskSources: string[];
   /** agent_code/ from an archive, used when --agent is not given. */
   agentDir: string | null;
+  /** Each archive given and the directory it was extracted to. */
+  extracted: { archive: string; dir: string }[];
 }
 
 async function looksLikeArchive(path: string): Promise<boolean> {
@@ -36,6 +38,7 @@ async function archiveAgentDir(dir: string): Promise<string | null> {
 export async function prepareSources(sources: string[], inputDir: string, logger: Logger): Promise<PreparedSources> {
   const taskSources: string[] = [];
   let agentDir: string | null = null;
+  const archives: PreparedSources["extracted"] = [];
   for (const [index, source] of sources.entries()) {
     const info = await stat(source).catch(() => null);
     if (!info) throw new UsageError(`${source}: no such file or directory`);
@@ -54,7 +57,8 @@ export async function prepareSources(sources: string[], inputDir: string, logger
     logger.info("extracted archive", { source, dest, entries: extracted.entries });
     if (!(await isTermExecutorRoot(dest))) throw new UsageError(`${source}: the archive holds no tasks/ or agent_code/ directory (at its root or one directory down)`);
     taskSources.push(dest);
+    archives.push({ archive: source, dir: dest });
     agentDir ??= await archiveAgentDir(dest);
   }
-  return { taskSources, agentDir };
+  return { taskSources, agentDir, extracted: archives };
 }

@@ -84,5 +84,10 @@ export function toWire(batchId: string, event: ProctorEvent, finalStatus: (summa
       const status = finalStatus(event.data);
       return status === null ? null : { ...base, event: "batch_complete", data: batchCompleteData(event.data, status) };
     }
+    // Image build progress is for the CLI and events.jsonl; the term-executor wire has no such event.
+    case "image_build_started":
+    case "image_build_progress":
+    case "image_build_finished":
+      return null;
   }
 }

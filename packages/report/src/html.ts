@@ -1,5 +1,5 @@
-import type { ComparisonReport, RunReport } from "./model";
-import { categoryRows, fixed, formatDuration, percent, percentInterval, pValue } from "./text";
+import type { ComparisonReport, FlakyReport, RunReport } from "./model";
+import { categoryRows, fixed, flakyRows, flakySummary, formatDuration, percent, percentInterval, pValue } from "./text";
 
 export function htmlEscape(text: string): string {
   return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(/'/g, "&#39;");
@@ -80,10 +80,16 @@ function comparisonSection(c: ComparisonReport): string {
   return parts.join("\n");
 }
 
+function flakySection(f: FlakyReport): string {
+  const parts = [`<h2>Flaky task definitions (${f.tasks.length})</h2>`, `<p>${htmlEscape(flakySummary(f))}</p>`];
+  if (f.tasks.length > 0) parts.push(table(["task", "agent", "passed", "runs", "expected"], flakyRows(f), new Set([3])));
+  return parts.join("\n");
+}
+
 /** One self-contained HTML file: inline style, no script, no external reference of any kind. */
-export function renderHtml(reports: readonly RunReport[], comparison: ComparisonReport | null = null): string {
+export function renderHtml(reports: readonly RunReport[], comparison: ComparisonReport | null = null, flaky: FlakyReport | null = null): string {
   const title = comparison ? `Proctor: ${comparison.b.runId} vs ${comparison.a.runId}` : `Proctor: ${reports.map((r) => r.runId).join(", ")}`;
-  const body = [comparison ? comparisonSection(comparison) : "", ...reports.map(runSection)].filter(Boolean).join("\n");
+  const body = [comparison ? comparisonSection(comparison) : "", flaky ? flakySection(flaky) : "", ...reports.map(runSection)].filter(Boolean).join("\n");
   return `<!doctype html>
 <html lang="en">
 <head>

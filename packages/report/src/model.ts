@@ -2,10 +2,12 @@ import type { TrialResult } from "@proctor/schema";
 import {
   bootstrapMeanCI,
   compareRuns,
+  flakyTasks,
   meanOverTasks,
   passAtKTable,
   taskOutcomes,
   wilsonInterval,
+  type FlakyTask,
   type Interval,
   type MeanWithError,
   type PassAtK,
@@ -161,4 +163,36 @@ export function buildRunReport(run: LoadedRun, options: { seed?: number; resampl
 /** Two runs on the same tasks: both reports and the paired comparison (B against A). */
 export function buildComparison(a: LoadedRun, b: LoadedRun, options: { seed?: number; resamples?: number } = {}): ComparisonReport {
   return { a: buildRunReport(a, options), b: buildRunReport(b, options), comparison: compareRuns(a.results, b.results, options) };
+}
+
+/**
+ * Flaky task definitions across >= 3 runs of a reference agent: the oracle must always pass and
+ * nop must never pass, so a task whose outcome flips between such runs is flaky as defined.
+ */
+export interface FlakyReport {
+  /** Run ids by reference agent; other agents' runs are not looked at. */
+  runs: { oracle: string[]; nop: string[]; other: string[] };
+  /** True when 3 or more oracle runs or 3 or more nop runs were given. */
+  checked: boolean;
+  tasks: FlakyTask[];
+}
+
+function referenceAgent(run: LoadedRun): "oracle" | "nop" | null {
+  const kind = run.config?.agent.kind ?? run.results.find((r) => r.agent?.name)?.agent?.name;
+  return kind === "oracle" || kind === "nop" ? kind : null;
+}
+
+/** The flaky-task section for 3 or more runs of which some are oracle/nop runs; null otherwise (nothing to say). */
+export function buildFlakyReport(runs: readonly LoadedRun[]): FlakyReport | null {
+  if (runs.length < 3) return null;
+  const byAgent: FlakyReport["runs"] = { oracle: [], nop: [], other: [] };
+  const reference: { agent: "oracle" | "nop"; results: readonly TrialResult[] }[] = [];
+  for (const run of runs) {
+    const agent = referenceAgent(run);
+    byAgent[agent ?? "other"].push(run.runId);
+    if (agent) reference.push({ agent, results: run.results });
+  }
+  if (reference.length === 0) return null;
+  const checked = byAgent.oracle.length >= 3 || byAgent.nop.length >= 3;
+  return { runs: byAgent, checked, tasks: checked ? flakyTasks(reference) : [] };
 }

@@ -2,7 +2,7 @@ import { FormatError } from "./errors";
 import { renderHtml } from "./html";
 import type { LoadedRun } from "./load";
 import { buildSwebenchReport, renderCsv, renderJunit } from "./machine";
-import { buildComparison, buildRunReport } from "./model";
+import { buildComparison, buildFlakyReport, buildRunReport } from "./model";
 import { renderMarkdown, renderText } from "./text";
 
 export const FORMATS = ["table", "md", "json", "junit", "html", "csv", "swebench"] as const;
@@ -16,22 +16,25 @@ export interface RenderOptions {
 
 /**
  * Renders runs in one format. Two runs add a paired comparison (B = the second against A = the
- * first) to table, md, json and html; csv and junit list both runs' trials; swebench takes one run.
+ * first) to table, md, json and html; three or more add the flaky task definitions found across
+ * oracle/nop runs (json: `flakyTasks`); csv and junit list every run's trials; swebench takes one run.
  */
 export async function renderReport(runs: readonly LoadedRun[], format: ReportFormat, options: RenderOptions = {}): Promise<string> {
   if (runs.length === 0) throw new FormatError("no runs to report");
   const [first, second] = runs;
   const comparison = runs.length === 2 && first && second ? buildComparison(first, second, options) : null;
   const reports = comparison ? [comparison.a, comparison.b] : runs.map((r) => buildRunReport(r, options));
+  // Three or more runs: tasks whose outcome flips under the oracle or nop (flaky definitions).
+  const flaky = buildFlakyReport(runs);
   switch (format) {
     case "table":
-      return renderText(reports, comparison);
+      return renderText(reports, comparison, flaky);
     case "md":
-      return renderMarkdown(reports, comparison);
+      return renderMarkdown(reports, comparison, flaky);
     case "html":
-      return renderHtml(reports, comparison);
+      return renderHtml(reports, comparison, flaky);
     case "json":
-      return `${JSON.stringify(comparison ?? (reports.length === 1 ? reports[0] : { runs: reports }), null, 2)}\n`;
+      return `${JSON.stringify(comparison ?? (reports.length === 1 ? reports[0] : { runs: reports, ...(flaky ? { flakyTasks: flaky } : {}) }), null, 2)}\n`;
     case "csv":
       return renderCsv(runs);
     case "junit":

@@ -29,10 +29,10 @@ function trial(taskId: string, status: TrialResult["status"], extra: Partial<Tri
   };
 }
 
-async function writeRun(root: string, runId: string, results: TrialResult[], files: Record<string, string> = {}): Promise<string> {
+async function writeRun(root: string, runId: string, results: TrialResult[], files: Record<string, string> = {}, agent: Record<string, unknown> = { kind: "oracle" }): Promise<string> {
   const dir = join(root, runId);
   await mkdir(dir, { recursive: true });
-  const config = { runId, tasks: [...new Set(results.map((r) => r.taskId))].sort().map((id) => ({ id, hash: "h" })), sources: ["examples/tasks"], agent: { kind: "oracle" }, agentHash: null, runtime: "local", attempts: 1, concurrency: 2, timeoutMultiplier: 1, defaultImage: null, configHash: "x" };
+  const config = { runId, tasks: [...new Set(results.map((r) => r.taskId))].sort().map((id) => ({ id, hash: "h" })), sources: ["examples/tasks"], agent, agentHash: null, runtime: "local", attempts: 1, concurrency: 2, timeoutMultiplier: 1, defaultImage: null, configHash: "x" };
   await writeFile(join(dir, "run.json"), JSON.stringify(config));
   await writeFile(join(dir, "results.jsonl"), results.map((r) => JSON.stringify(r)).join("\n") + "\n");
   const summary = summarize({ runId, results, plannedTrials: config.tasks.length, attempts: 1, startedAt: "2025-03-01T10:00:00.000Z", now: "2025-03-01T10:02:00.000Z", status: "completed" });
@@ -173,5 +173,60 @@ describe("proctor report formats", () => {
     expect(run).toMatchObject({ runId: "partial", skippedLines: 1 });
     expect(run.summary.trials.passed).toBe(1);
     await expect(loadRun(join(root, "nope"))).rejects.toThrow(/not a run directory/);
+  });
+});
+
+describe("flaky task definitions across 3 or more runs", () => {
+  // Oracle: "flip" passes, fails, passes; "steady" always passes; "broken" always fails (broken, not flaky).
+  // Nop: "leaky" passes once (a nop pass means the tests accept an untouched sandbox).
+  async function reference(): Promise<LoadedRun[]> {
+    const dir = join(root, "flaky");
+    const flip: TrialResult["status"][] = ["passed", "failed", "passed"];
+    const runs: string[] = [];
+    for (const [i, status] of flip.entries()) {
+      runs.push(await writeRun(dir, `oracle-${i}`, [trial("flip", status), trial("steady", "passed"), trial("broken", "failed")]));
+    }
+    for (let i = 0; i < 3; i++) {
+      runs.push(await writeRun(dir, `nop-${i}`, [trial("flip", "failed"), trial("leaky", i === 1 ? "passed" : "failed")], {}, { kind: "nop" }));
+    }
+    return Promise.all(runs.map((d) => loadRun(d)));
+  }
+
+  it("table, md, json and html name the tasks whose outcome flips under the oracle or nop", async () => {
+    const runs = await reference();
+    const text = await renderReport(runs, "table");
+    expect(text).toContain("Flaky task definitions (2)");
+    expect(text).toContain("over 3 oracle runs, 3 nop runs");
+    expect(text).toMatch(/flip\s+oracle\s+2\/3\s+3\s+oracle should always pass/);
+    expect(text).toMatch(/leaky\s+nop\s+1\/3\s+3\s+nop should never pass/);
+    expect(text).not.toMatch(/^(?:steady|broken)\s+oracle/m);
+    const md = await renderReport(runs, "md");
+    expect(md).toContain("## Flaky task definitions (2)");
+    expect(md).toContain("| flip | oracle | 2/3 | 3 | oracle should always pass |");
+    const json = JSON.parse(await renderReport(runs, "json"));
+    expect(json.runs).toHaveLength(6);
+    expect(json.flakyTasks).toEqual({
+      runs: { oracle: ["oracle-0", "oracle-1", "oracle-2"], nop: ["nop-0", "nop-1", "nop-2"], other: [] },
+      checked: true,
+      tasks: [
+        { taskId: "flip", agent: "oracle", passed: 2, attempts: 3, runs: 3 },
+        { taskId: "leaky", agent: "nop", passed: 1, attempts: 3, runs: 3 },
+      ],
+    });
+    const html = await renderReport(runs, "html");
+    expect(html).toContain("<h2>Flaky task definitions (2)</h2>");
+    expect(html).toContain("<td>flip</td><td>oracle</td>");
+  });
+
+  it("says when nothing flips, and when too few reference runs were given; other agents' runs get no section", async () => {
+    const runs = await reference();
+    const steadyOracle = runs.slice(0, 3).map((r) => ({ ...r, results: r.results.filter((t) => t.taskId !== "flip") }));
+    expect(await renderReport(steadyOracle, "table")).toContain("none: every task had the same outcome in each of 3 oracle runs");
+    const mixed = [runs[0], runs[1], { ...b, runId: "llm-run", config: b.config && { ...b.config, agent: { kind: "llm", model: "m", baseUrl: "http://x", apiKeyEnv: "K" } }, results: b.results.map((t) => ({ ...t, agent: null })) }] as LoadedRun[];
+    expect(await renderReport(mixed, "table")).toContain("not checked: needs 3 or more oracle runs or 3 or more nop runs of the same tasks; got 2 oracle runs, 1 run of other agents (not used)");
+    const others = [1, 2, 3].map((n) => ({ ...mixed[2], runId: `llm-${n}` })) as LoadedRun[];
+    const text = await renderReport(others, "table");
+    expect(text).not.toContain("Flaky");
+    expect(JSON.parse(await renderReport(others, "json")).flakyTasks).toBeUndefined();
   });
 });

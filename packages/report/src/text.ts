@@ -1,5 +1,5 @@
 import type { Interval } from "@proctor/reward";
-import type { ComparisonReport, RunReport } from "./model";
+import type { ComparisonReport, FlakyReport, RunReport } from "./model";
 
 export function percent(value: number | null | undefined): string {
   return value === null || value === undefined ? "-" : `${(value * 100).toFixed(1)}%`;
@@ -115,19 +115,43 @@ function comparisonSections(c: ComparisonReport, table: Table, heading: (s: stri
   return out;
 }
 
+/** What the flaky-task check looked at, in one sentence. */
+export function flakySummary(f: FlakyReport): string {
+  const looked = [
+    f.runs.oracle.length > 0 ? `${f.runs.oracle.length} oracle run${f.runs.oracle.length > 1 ? "s" : ""}` : null,
+    f.runs.nop.length > 0 ? `${f.runs.nop.length} nop run${f.runs.nop.length > 1 ? "s" : ""}` : null,
+    f.runs.other.length > 0 ? `${f.runs.other.length} run${f.runs.other.length > 1 ? "s" : ""} of other agents (not used)` : null,
+  ].filter(Boolean).join(", ");
+  if (!f.checked) return `not checked: needs 3 or more oracle runs or 3 or more nop runs of the same tasks; got ${looked}`;
+  if (f.tasks.length === 0) return `none: every task had the same outcome in each of ${looked}`;
+  return `${f.tasks.length} task${f.tasks.length > 1 ? "s" : ""} whose outcome flips under a reference agent (oracle must always pass, nop never), over ${looked}`;
+}
+
+export function flakyRows(f: FlakyReport): string[][] {
+  return f.tasks.map((t) => [t.taskId, t.agent, `${t.passed}/${t.attempts}`, String(t.runs), t.agent === "oracle" ? "oracle should always pass" : "nop should never pass"]);
+}
+
+function flakySections(f: FlakyReport, table: Table, heading: (s: string) => string): string[] {
+  const out = [heading(`Flaky task definitions (${f.tasks.length})`), flakySummary(f), ""];
+  if (f.tasks.length > 0) out.push(table(["task", "agent", "passed", "runs", "expected"], flakyRows(f)), "");
+  return out;
+}
+
 /** The terminal report: headline numbers, per-category table, and every failed/errored trial with its reason. */
-export function renderText(reports: readonly RunReport[], comparison: ComparisonReport | null = null): string {
+export function renderText(reports: readonly RunReport[], comparison: ComparisonReport | null = null, flaky: FlakyReport | null = null): string {
   const out: string[] = [];
   const heading = (s: string) => `${s}\n${"=".repeat(s.length)}`;
   for (const r of reports) out.push(...runSections(r, textTable, heading));
   if (comparison) out.push(...comparisonSections(comparison, textTable, heading));
+  if (flaky) out.push(...flakySections(flaky, textTable, heading));
   return `${out.join("\n").trimEnd()}\n`;
 }
 
 /** The same report as GitHub-flavoured Markdown (for PR comments and job summaries). */
-export function renderMarkdown(reports: readonly RunReport[], comparison: ComparisonReport | null = null): string {
+export function renderMarkdown(reports: readonly RunReport[], comparison: ComparisonReport | null = null, flaky: FlakyReport | null = null): string {
   const out: string[] = [];
   for (const r of reports) out.push(`## Run ${r.runId}`, "", ...runSections(r, mdTable, (s) => `### ${s}\n`));
   if (comparison) out.push(...comparisonSections(comparison, mdTable, (s) => `## ${s}\n`));
+  if (flaky) out.push(...flakySections(flaky, mdTable, (s) => `## ${s}\n`));
   return `${out.join("\n").trimEnd()}\n`;
 }

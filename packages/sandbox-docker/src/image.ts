@@ -2,7 +2,7 @@ import { access } from "node:fs/promises";
 import { join } from "node:path";
 import type Dockerode from "dockerode";
 import { packDirectory } from "@proctor/archive";
-import { ImageError, type ImageRequest } from "@proctor/sandbox";
+import { ImageError, type ImageBuildUpdate, type ImageRequest } from "@proctor/sandbox";
 import type { Logger } from "@proctor/schema";
 import { hashContext } from "./context-hash";
 import { daemonMessage, statusCode } from "./docker-errors";
@@ -10,6 +10,8 @@ import { daemonMessage, statusCode } from "./docker-errors";
 /** Repository of images built from task contexts; the tag is the context's content hash. */
 export const BUILD_REPOSITORY = "proctor-build";
 const LOG_TAIL_LINES = 30;
+/** Build log lines reach `onBuild` at most this often (the first one at once). */
+const BUILD_PROGRESS_EVERY_MS = 1000;
 
 interface ProgressEvent {
   status?: string;
@@ -114,6 +116,16 @@ export class ImageResolver {
   private async runBuild(context: string, tag: string, request: ImageRequest, progress: (line: string) => void): Promise<string> {
     this.logger.info("building image", { context, tag });
     progress(`building ${tag} from ${context}`);
+    const onBuild = (update: ImageBuildUpdate) => {
+      try {
+        request.onBuild?.(update);
+      } catch (error) {
+        this.logger.warn("an image build listener threw", { tag, error: error instanceof Error ? error.message : String(error) });
+      }
+    };
+    const startedAt = Date.now();
+    let lastReport = -Infinity;
+    onBuild({ status: "started", image: tag, context });
     const controller = new AbortController();
     let timedOut = false;
     const timer = setTimeout(() => {
@@ -128,6 +140,15 @@ export class ImageResolver {
       tail.push(line);
       if (tail.length > LOG_TAIL_LINES) tail.shift();
       progress(line);
+      const now = Date.now();
+      if (now - lastReport >= BUILD_PROGRESS_EVERY_MS) {
+        lastReport = now;
+        onBuild({ status: "progress", image: tag, line, elapsedMs: now - startedAt });
+      }
+    };
+    const fail: (error: ImageError) => never = (error) => {
+      onBuild({ status: "finished", image: tag, ok: false, durationMs: Date.now() - startedAt, error: error.message.split("\n")[0] ?? "" });
+      throw error;
     };
     let failure: string | null = null;
     try {
@@ -145,21 +166,23 @@ export class ImageResolver {
     } catch (error) {
       const lastLines = tail.length > 0 ? `\nLast lines of the build log:\n${tail.join("\n")}` : "";
       if (timedOut) {
-        throw new ImageError(`Building ${context} took longer than ${request.buildTimeoutMs} ms and was cancelled; raise [environment].build_timeout_sec if the build is just slow.${lastLines}`, request.image, { cause: error });
+        fail(new ImageError(`Building ${context} took longer than ${request.buildTimeoutMs} ms and was cancelled; raise [environment].build_timeout_sec if the build is just slow.${lastLines}`, request.image, { cause: error }));
       }
-      if (request.signal?.aborted) throw new ImageError(`Building ${context} was cancelled.`, request.image, { cause: error });
-      throw new ImageError(`Building ${context} failed: ${daemonMessage(error)}${lastLines}`, request.image, { cause: error });
+      if (request.signal?.aborted) fail(new ImageError(`Building ${context} was cancelled.`, request.image, { cause: error }));
+      fail(new ImageError(`Building ${context} failed: ${daemonMessage(error)}${lastLines}`, request.image, { cause: error }));
     } finally {
       clearTimeout(timer);
       request.signal?.removeEventListener("abort", onAbort);
     }
     if (failure !== null) {
-      throw new ImageError(`Building ${context} failed: ${failure}\nLast lines of the build log:\n${tail.join("\n")}`, request.image);
+      fail(new ImageError(`Building ${context} failed: ${failure}\nLast lines of the build log:\n${tail.join("\n")}`, request.image));
     }
-    if (!(await this.present(tag))) {
-      throw new ImageError(`Building ${context} reported success but image ${tag} is missing.\nLast lines of the build log:\n${tail.join("\n")}`, request.image);
+    const built = await this.present(tag).catch((error: unknown) => fail(error instanceof ImageError ? error : new ImageError(String(error), request.image)));
+    if (!built) {
+      fail(new ImageError(`Building ${context} reported success but image ${tag} is missing.\nLast lines of the build log:\n${tail.join("\n")}`, request.image));
     }
     this.logger.info("built image", { context, tag });
+    onBuild({ status: "finished", image: tag, ok: true, durationMs: Date.now() - startedAt });
     return tag;
   }
 }

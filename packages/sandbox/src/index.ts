@@ -1,5 +1,5 @@
 export type {
-  ExecCommand, ExecOptions, ExecResult, SandboxCreateOptions, ImageRequest, Sandbox, SandboxRuntime, SandboxCapabilities, FileChange, SandboxProcess, DownloadOptions, DownloadReport,
+  ExecCommand, ExecOptions, ExecResult, SandboxCreateOptions, ImageRequest, ImageBuildUpdate, Sandbox, SandboxRuntime, SandboxCapabilities, FileChange, SandboxProcess, DownloadOptions, DownloadReport,
 } from "./types";
 export { SANDBOX_PATHS, SANDBOX_PATH_ENV, LABELS } from "./types";
 export {

@@ -125,7 +125,19 @@ export interface ImageRequest {
   buildTimeoutMs: number;
   signal?: AbortSignal;
   onProgress?: (line: string) => void;
+  /**
+   * Told when this request builds an image (not when it uses, pulls or reuses a cached build):
+   * `started`, then `progress` with the build log's latest line (at most about once a second),
+   * then `finished`. Requests that wait on a build another request started are not told.
+   */
+  onBuild?: (update: ImageBuildUpdate) => void;
 }
+
+/** One step of an image build, for progress displays. `image` is the tag being built. */
+export type ImageBuildUpdate =
+  | { status: "started"; image: string; context: string }
+  | { status: "progress"; image: string; line: string; elapsedMs: number }
+  | { status: "finished"; image: string; ok: boolean; durationMs: number; error?: string };
 
 export interface Sandbox extends AsyncDisposable {
   readonly id: string;

@@ -9,6 +9,11 @@ export const EventBody = z.discriminatedUnion("type", [
   z.object({ type: z.literal("trial_retry"), trialId: z.string(), taskId: z.string(), data: z.object({ retry: z.number().int(), delayMs: z.number(), message: z.string() }) }),
   z.object({ type: z.literal("trial_finished"), trialId: z.string(), taskId: z.string(), data: TrialResult }),
   z.object({ type: z.literal("run_finished"), data: RunSummary }),
+  // Image builds (a task's Dockerfile): told by the trial that started the build; trials that
+  // need the same image wait on it without events of their own.
+  z.object({ type: z.literal("image_build_started"), trialId: z.string(), taskId: z.string(), data: z.object({ image: z.string(), context: z.string() }) }),
+  z.object({ type: z.literal("image_build_progress"), trialId: z.string(), taskId: z.string(), data: z.object({ image: z.string(), line: z.string(), elapsedMs: z.number().nonnegative() }) }),
+  z.object({ type: z.literal("image_build_finished"), trialId: z.string(), taskId: z.string(), data: z.object({ image: z.string(), ok: z.boolean(), durationMs: z.number().nonnegative(), error: z.string().optional() }) }),
 ]);
 export type EventBody = z.infer<typeof EventBody>;
 export type EventType = EventBody["type"];

@@ -120,6 +120,15 @@ export function parseAgent(value: string | undefined, archiveAgentDir: string | 
   return { kind: "code", dir };
 }
 
+/** Lines mode's quietest interval, from $PROCTOR_PROGRESS_INTERVAL_SEC (default 20 s). */
+function progressIntervalMs(env: NodeJS.ProcessEnv): number | undefined {
+  const raw = env.PROCTOR_PROGRESS_INTERVAL_SEC;
+  if (raw === undefined || raw === "") return undefined;
+  const sec = Number(raw);
+  if (!Number.isFinite(sec) || sec <= 0) throw new UsageError(`PROCTOR_PROGRESS_INTERVAL_SEC must be a positive number of seconds, got "${raw}"`);
+  return sec * 1000;
+}
+
 function newRunId(): string {
   const now = new Date().toISOString().replace(/[-:]/g, "").replace("T", "-").slice(0, 15);
   return `${now}-${randomBytes(2).toString("hex")}`;
@@ -206,7 +215,8 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   process.on("SIGTERM", sigterm);
   options.signal?.addEventListener("abort", () => controller.abort(options.signal?.reason), { once: true });
 
-  const progress = createProgress(err);
+  err.write(`run directory: ${runDir}\n`);
+  const progress = createProgress(err, { runDir, intervalMs: progressIntervalMs(process.env) });
   let summary: RunSummary;
   try {
     const handle = startRun({
@@ -239,8 +249,8 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
 
   const table = renderSummary(summary);
   if (options.json) {
-    err.write(`${table}\n`);
-    out.write(`${JSON.stringify(summary, null, 2)}\n`);
+    err.write(`${table}\nrun directory: ${runDir}\n`);
+    out.write(`${JSON.stringify({ ...summary, runDir }, null, 2)}\n`);
   } else {
     out.write(`\n${table}\nrun directory: ${runDir}\n`);
   }

@@ -22,6 +22,12 @@ export async function startSandbox(attempt: Attempt, lifetimeMs: number, onPendi
         buildTimeoutMs: budgets.buildMs,
         signal: imageSignal,
         onProgress: (line) => env.logger.debug(line, { trialId }),
+        onBuild: (update) => {
+          const ids = { trialId, taskId: task.id };
+          if (update.status === "started") env.emit({ type: "image_build_started", ...ids, data: { image: update.image, context: update.context } });
+          else if (update.status === "progress") env.emit({ type: "image_build_progress", ...ids, data: { image: update.image, line: update.line, elapsedMs: update.elapsedMs } });
+          else env.emit({ type: "image_build_finished", ...ids, data: { image: update.image, ok: update.ok, durationMs: update.durationMs, ...(update.error !== undefined ? { error: update.error } : {}) } });
+        },
       }),
     wanted ?? spec.buildContext ?? undefined,
     imageSignal,

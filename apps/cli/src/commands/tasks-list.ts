@@ -1,0 +1,82 @@
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { isAbsolute, join, relative, resolve } from "node:path";
+import type { Logger, TaskSpec } from "@proctor/schema";
+import { loadTasks } from "@proctor/tasks";
+import { UsageError } from "../errors";
+import { prepareSources } from "../sources";
+
+export interface TasksListOptions {
+  sources: string[];
+  include: string[];
+  exclude: string[];
+  json: boolean;
+  logger: Logger;
+  stdout?: NodeJS.WritableStream;
+  stderr?: NodeJS.WritableStream;
+}
+
+/** One row of `proctor tasks list`. */
+interface ListedTask {
+  id: string;
+  category: string | null;
+  difficulty: string | null;
+  /** The format the task was loaded from: native (Harbor/TB2), tb1, term-executor, ... */
+  kind: TaskSpec["format"];
+  /** Where the task is: its directory, or `<archive>:<path inside it>`. */
+  path: string;
+}
+
+function shown(path: string): string {
+  const rel = relative(process.cwd(), path);
+  return rel === "" ? "." : !rel.startsWith("..") && !isAbsolute(rel) ? rel : path;
+}
+
+/** A text table with every column left-aligned (ids and paths read better that way). */
+function leftTable(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join("  ").trimEnd();
+  return [line(header), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n");
+}
+
+/**
+ * `proctor tasks list <source...>`: what a source holds, loaded exactly as `proctor run` loads it
+ * (archives are extracted to a temporary directory, removed after). A source that cannot be read
+ * or a task that does not load is bad usage (exit 2), named with its path and what is wrong; the
+ * tasks that did load are still listed.
+ */
+export async function tasksListCommand(options: TasksListOptions): Promise<number> {
+  const out = options.stdout ?? process.stdout;
+  const err = options.stderr ?? process.stderr;
+  if (options.sources.length === 0) throw new UsageError("proctor tasks list: give at least one task source (a task dir, a dir of tasks, or an archive)");
+  const scratch = await mkdtemp(join(tmpdir(), "proctor-tasks-list-"));
+  try {
+    const prepared = await prepareSources(options.sources.map((s) => resolve(s)), scratch, options.logger);
+    const loaded = await loadTasks(prepared.taskSources, { include: options.include, exclude: options.exclude });
+    const where = (task: TaskSpec) => {
+      const from = prepared.extracted.find((x) => task.sourcePath === x.dir || task.sourcePath.startsWith(`${x.dir}/`));
+      return from ? `${shown(from.archive)}:${relative(from.dir, task.sourcePath) || "."}` : shown(task.sourcePath);
+    };
+    const tasks: ListedTask[] = loaded.tasks.map((t) => ({ id: t.id, category: t.category, difficulty: t.difficulty, kind: t.format, path: where(t) }));
+    // Archives were extracted into scratch: say the archive, not a path that is about to go.
+    const errors = loaded.errors.map((e) => prepared.extracted.reduce((m, x) => m.split(x.dir).join(shown(x.archive)), e.message));
+    if (options.json) {
+      out.write(`${JSON.stringify({ tasks, errors }, null, 2)}\n`);
+    } else if (tasks.length > 0) {
+      const rows = tasks.map((t) => [t.id, t.category ?? "-", t.difficulty ?? "-", t.kind, t.path]);
+      out.write(`${leftTable(["task", "category", "difficulty", "kind", "path"], rows)}\n${tasks.length} task(s)\n`);
+    }
+    if (errors.length > 0) {
+      err.write(`proctor: ${errors.length} problem(s) loading ${options.sources.join(", ")}:\n${errors.map((m) => `  ${m}`).join("\n")}\n`);
+      return 2;
+    }
+    if (tasks.length === 0) {
+      const filtered = options.include.length > 0 || options.exclude.length > 0;
+      err.write(`proctor: no tasks${filtered ? " matched --include/--exclude" : ""} in ${options.sources.join(", ")}\n`);
+      return 2;
+    }
+    return 0;
+  } finally {
+    await rm(scratch, { recursive: true, force: true });
+  }
+}
