@@ -3,7 +3,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Dockerode from "dockerode";
-import { ImageError } from "@proctor/sandbox";
+import { ImageError, type ImageBuildUpdate } from "@proctor/sandbox";
 import { afterAll, describe, expect, it } from "vitest";
 import { dockerTestGate } from "./gate";
 import { BUILD_REPOSITORY } from "./image";
@@ -50,7 +50,8 @@ describe.skipIf(!run)("DockerRuntime.resolveImage", () => {
   it("builds from a context when the image cannot be pulled, once, then reuses the build", async () => {
     const dir = await context(`FROM ${BUSYBOX}\nCOPY greeting.txt /greeting.txt\nRUN echo built-step`, { "greeting.txt": "hello from the context\n" });
     const progress: string[] = [];
-    const request = { image: "proctor/not-here:nope", buildContext: dir, buildTimeoutMs: 60_000, onProgress: (l: string) => progress.push(l) };
+    const builds: ImageBuildUpdate[] = [];
+    const request = { image: "proctor/not-here:nope", buildContext: dir, buildTimeoutMs: 60_000, onProgress: (l: string) => progress.push(l), onBuild: (u: ImageBuildUpdate) => builds.push(u) };
     // Two concurrent requests share one build.
     const [first, second] = await Promise.all([runtime.resolveImage(request), runtime.resolveImage(request)]);
     builtTags.add(first);
@@ -58,13 +59,22 @@ describe.skipIf(!run)("DockerRuntime.resolveImage", () => {
     expect(first).toMatch(new RegExp(`^${BUILD_REPOSITORY}/[0-9a-f]{64}$`));
     expect(progress.filter((l) => l.startsWith("building "))).toHaveLength(1);
     expect(progress.some((l) => l.includes("built-step"))).toBe(true);
+    // onBuild: started, the build log's lines (the first at once, then at most once a second), finished; once for the shared build.
+    expect(builds[0]).toEqual({ status: "started", image: first, context: dir });
+    expect(builds.at(-1)).toMatchObject({ status: "finished", image: first, ok: true });
+    expect(builds.filter((u) => u.status === "started")).toHaveLength(1);
+    const lines = builds.filter((u) => u.status === "progress");
+    expect(lines.length).toBeGreaterThanOrEqual(1);
+    expect(lines[0]).toMatchObject({ image: first, line: expect.stringContaining("Step 1/") });
 
     await using sandbox = await runtime.create({ image: first, labels: tracked.labels });
     expect((await sandbox.exec(["cat", "/greeting.txt"])).stdout).toBe("hello from the context\n");
 
     progress.length = 0;
+    builds.length = 0;
     expect(await runtime.resolveImage({ ...request, image: null })).toBe(first);
     expect(progress).toEqual([`using cached build ${first}`]);
+    expect(builds).toEqual([]);
   });
 
   it("an image with a non-root USER gets log dirs its user can write, and execs run as that user", async () => {
@@ -79,10 +89,12 @@ describe.skipIf(!run)("DockerRuntime.resolveImage", () => {
 
   it("a failed build raises ImageError with the end of the build log", async () => {
     const dir = await context(`FROM ${BUSYBOX}\nRUN echo "the-marker-line" && exit 3`);
-    const error = await runtime.resolveImage({ image: null, buildContext: dir, buildTimeoutMs: 60_000 }).catch((e: unknown) => e);
+    const builds: ImageBuildUpdate[] = [];
+    const error = await runtime.resolveImage({ image: null, buildContext: dir, buildTimeoutMs: 60_000, onBuild: (u) => builds.push(u) }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(ImageError);
     expect((error as Error).message).toMatch(/failed/);
     expect((error as Error).message).toMatch(/the-marker-line/);
+    expect(builds.at(-1)).toMatchObject({ status: "finished", ok: false, error: expect.stringMatching(/^Building .* failed/) });
   });
 
   it("a build past buildTimeoutMs is cancelled and explained", async () => {
