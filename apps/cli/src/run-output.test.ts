@@ -89,7 +89,7 @@ describe("proctor tasks list", () => {
     expect(listed.errors).toEqual([]);
     expect(listed.tasks.map((t: { id: string }) => t.id)).toEqual(exampleIds.filter((id) => !id.startsWith("git-")));
     expect(listed.tasks[0]).toEqual({ id: "fizzbuzz-python", category: "scripting", difficulty: "easy", kind: "native", path: "examples/tasks/fizzbuzz-python" });
-  });
+  }, 120_000);
 
   test("a bad source exits 2 naming the path and what is wrong", async () => {
     const empty = join(out, "empty-source");
