@@ -66,7 +66,7 @@ describe("proctor report", () => {
     });
     const { runs } = (await (await fetch(new URL("/api/runs", url))).json()) as { runs: { runId: string; passRate: number }[] };
     expect(runs.map((r) => [r.runId, r.passRate]).sort()).toEqual([["a-oracle", 1], ["b-nop", 0]]);
-    expect(await (await fetch(url)).text()).toContain('<script type="module" src="/app.js">');
+    expect(await (await fetch(url)).text()).toContain('<script type="module" src="app.js">');
     const done = finish(child);
     child.kill("SIGTERM");
     expect((await done).code).toBe(0);

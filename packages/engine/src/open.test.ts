@@ -60,3 +60,46 @@ test("the engine runs an Agent object and a SandboxRuntime object a library user
   const config = JSON.parse(await readFile(join(handle.runDir, "run.json"), "utf8"));
   expect(config).toMatchObject({ agent: { kind: "custom", name: "touch-agent" }, runtime: "counting" });
 });
+
+/**
+ * A runtime whose sandboxes can list processes and count OOM kills, where (as on Docker) the OOM
+ * count is itself an exec: while it runs, a listing sees it (here as runc's init process).
+ */
+class ListingRuntime extends CountingRuntime {
+  override get capabilities() {
+    return { ...super.capabilities, processes: true };
+  }
+  override async create(options: SandboxCreateOptions): Promise<Sandbox> {
+    const inner = await super.create(options);
+    let execInFlight = false;
+    const extra: Partial<Sandbox> = {
+      capabilities: { ...inner.capabilities, processes: true },
+      async outOfMemoryKills() {
+        execInFlight = true;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        execInFlight = false;
+        return 0;
+      },
+      async processes() {
+        return execInFlight ? [{ pid: 4242, ppid: 0, command: "[runc:[2:INIT]]", ports: [] }] : [];
+      },
+    };
+    return new Proxy(inner, {
+      get(target, key) {
+        if (key in extra) return extra[key as keyof Sandbox];
+        const value = Reflect.get(target, key, target) as unknown;
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+  }
+}
+
+test("the runtime's own OOM check is over before the agent's leftover processes are listed (no false survivor)", async () => {
+  const loaded = await loadTasks([await writeTasks(join(root.path, "tasks-listing"), { "needs-work": ADVERSARIAL_TASKS["needs-work"]! })]);
+  const runtime = new ListingRuntime(new LocalRuntime({ rootDir: join(root.path, "sandboxes-listing") }));
+  const handle = startRun({ runId: "listing", runDir: join(root.path, "runs", "listing"), tasks: loaded.tasks, agent: new TouchAgent(), runtime, concurrency: 1, attempts: 1 });
+  const summary = await handle.done;
+  expect(summary.trials).toMatchObject({ total: 1, passed: 1 });
+  const [result] = await readResultsFile(handle.runDir);
+  expect(result?.integrity).toMatchObject({ isolation: "shared", survivors: [], flagged: false });
+});

@@ -98,11 +98,14 @@ export async function guardVerifier(attempt: SandboxAttempt): Promise<boolean> {
     await sandbox.killAll();
     alive = await sandbox.processes();
   }
-  // Independent looks at what the agent left, at once: its processes (shared mode), the files it
-  // changed against the image, and whether the OOM killer ended any of its processes.
+  // What the agent left: whether the OOM killer ended any of its processes, then (at once) its
+  // processes (shared mode) and the files it changed against the image. The OOM count is an exec
+  // in the container, so it must be over before the listing starts: a listing beside it saw that
+  // exec (or its runc:[2:INIT]) as a survivor of the agent.
+  const oomKills = await oom;
   const listing = !strict && caps.processes && sandbox.processes ? sandbox.processes() : null;
   const diffing = caps.changes && sandbox.changes ? tamperedPaths(sandbox, task.verifier.allowChanges) : null;
-  const [survivors, found, oomKills] = await Promise.all([listing, diffing, oom]);
+  const [survivors, found] = await Promise.all([listing, diffing]);
   if (oomKills > 0) {
     const limit = effectiveLimits(task, attempt.env.limits).memoryMb;
     state.errors.push({ kind: "agent", message: `out of memory: the kernel killed ${oomKills} process(es) in the sandbox at its memory limit${limit !== undefined ? ` of ${limit} MB` : ""} (raise [environment] memory_mb if the task needs more)` });
