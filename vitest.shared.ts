@@ -6,8 +6,10 @@ export default defineConfig({
   ssr: { resolve: { conditions: ["@proctor/source", "import", "node", "default"], externalConditions: ["@proctor/source"] } },
   test: {
     include: ["src/**/*.test.ts", "test/**/*.test.ts"],
-    testTimeout: 60_000,
-    hookTimeout: 120_000,
+    // Hang guards, not speed checks (benches measure speed): end-to-end tests spawn the CLI, servers
+    // and containers several times, and on 2 cores under the soak's load one spawn takes 15-20 s.
+    testTimeout: 300_000,
+    hookTimeout: 300_000,
     reporters: ["default"],
   },
 });
