@@ -47,7 +47,11 @@ export async function prepareSources(sources: string[], inputDir: string, logger
       agentDir ??= await archiveAgentDir(source);
       continue;
     }
-    if (source.endsWith(".jsonl")) throw new UsageError(`${source}: dataset files (.jsonl) are not supported yet; give a task directory or an archive`);
+    // Dataset rows (.jsonl, e.g. Terminal-Bench 2 rows): loadTasks reads them.
+    if (source.endsWith(".jsonl")) {
+      taskSources.push(source);
+      continue;
+    }
     if (!(await looksLikeArchive(source))) throw new UsageError(`${source}: not a directory, and not a .zip, .tar or .tar.gz archive`);
     const dest = join(inputDir, `${index}-${basename(source).replace(/[^A-Za-z0-9._-]/g, "_")}`);
     await mkdir(inputDir, { recursive: true });

@@ -16,3 +16,5 @@ export {
 export type { TermExecutorOptions, TermExecutorArchive } from "./term-executor";
 export { hashTask } from "./hash";
 export { parseSizeMb } from "./fields";
+export { loadTb2File, isTb2File, TB2_ARCHIVE_LIMITS } from "./tb2";
+export type { Tb2Options } from "./tb2";

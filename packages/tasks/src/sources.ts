@@ -6,6 +6,7 @@ import { loggerOf, type LoadedTask } from "./common";
 import { TaskLoadError, UnsupportedTaskError } from "./errors";
 import { displayPath } from "./fields";
 import { loadNativeTask } from "./native";
+import { isTb2File, loadTb2File } from "./tb2";
 import { loadTb1Task } from "./tb1";
 import { isTermExecutorRoot, loadTermExecutorArchive, loadTermExecutorTask, type TermExecutorOptions } from "./term-executor";
 import { byPath, isDir, isFile } from "./tree";
@@ -59,6 +60,8 @@ async function loadSource(source: string, options: LoadTasksOptions): Promise<Lo
   const info = await stat(path).catch(() => null);
   if (info === null) return fromErrors(new TaskLoadError(shown, "does not exist: give a task directory, a directory of tasks, or a term-executor archive directory"));
   if (info.isFile()) {
+    // Terminal-Bench 2 rows are told from SWE-bench rows by their fields (tests_tar / environment_tar).
+    if (await isTb2File(path)) return loadTb2File(path, options);
     if (path.toLowerCase().endsWith(".jsonl")) {
       return fromErrors(new UnsupportedTaskError(shown, "dataset files (.jsonl) are not supported yet: give a task directory"));
     }
