@@ -89,7 +89,7 @@ describe("proctor tasks list", () => {
     expect(listed.errors).toEqual([]);
     expect(listed.tasks.map((t: { id: string }) => t.id)).toEqual(exampleIds.filter((id) => !id.startsWith("git-")));
     expect(listed.tasks[0]).toEqual({ id: "fizzbuzz-python", category: "scripting", difficulty: "easy", kind: "native", path: "examples/tasks/fizzbuzz-python" });
-  }, 120_000);
+  });
 
   test("a bad source exits 2 naming the path and what is wrong", async () => {
     const empty = join(out, "empty-source");
@@ -110,7 +110,7 @@ describe("proctor tasks list", () => {
     expect(invalid.code).toBe(2);
     expect(invalid.stderr).toMatch(/bad-timeout\/task\.toml: \[agent\]\.timeout_sec must be a positive number, got "abc"/);
     expect(invalid.stdout).toMatch(/^fine\s+-\s+-\s+native\s/m);
-  }, 120_000);
+  });
 });
 
 describe("proctor report RUN1 RUN2 RUN3: flaky task definitions", () => {
@@ -147,7 +147,7 @@ describe("proctor report RUN1 RUN2 RUN3: flaky task definitions", () => {
     // Two runs are a comparison, not a flakiness check.
     expect(two.code, two.stderr).toBe(0);
     expect(two.stdout).not.toContain("Flaky");
-  }, 240_000);
+  });
 });
 
 const docker = await dockerTestGate();
@@ -180,5 +180,5 @@ describe.skipIf(!docker)("proctor run on Docker: image builds", () => {
       const ids = execFileSync("docker", ["images", "-q", "--filter", `label=proctor.test.unique=${unique}`]).toString().trim().split("\n").filter(Boolean);
       if (ids.length > 0) execFileSync("docker", ["rmi", "-f", ...ids], { stdio: "ignore" });
     }
-  }, 180_000);
+  });
 });

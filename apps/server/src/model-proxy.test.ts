@@ -49,7 +49,7 @@ describe("server model proxy", () => {
       await server.close();
       await upstream.close();
     }
-  }, 120_000);
+  });
 
   test("a server without the proxy refuses ?model= with 400 naming the field", async () => {
     const server = await startTestServer(join(fixture.root, "no-proxy"));

@@ -133,14 +133,14 @@ describe.skipIf(!haveChromium)("the server's /ui in Chromium", () => {
     await page.screenshot({ path: join(SHOTS, "ui-runs.png"), fullPage: true });
 
     await page.getByRole("link", { name: alicesBatch }).click();
-    await page.locator("#finished").getByText("1/2").waitFor({ timeout: 30_000 });
+    await page.locator("#finished").getByText("1/2").waitFor({ timeout: 60_000 });
     expect(await page.locator("main").innerText()).toContain(`submitted by ${ALICE.address}`);
     await page.evaluate(() => ((globalThis as unknown as { marker: number }).marker = 42));
     await page.locator("#live").getByText("live").waitFor();
     // The gated task finishes while the page stays open: the server's live events update it.
     await writeFile(gate, "open");
-    await page.locator("#finished").getByText("2/2").waitFor({ timeout: 30_000 });
-    await page.locator("main").getByText("completed").first().waitFor({ timeout: 30_000 });
+    await page.locator("#finished").getByText("2/2").waitFor({ timeout: 60_000 });
+    await page.locator("main").getByText("completed").first().waitFor({ timeout: 60_000 });
     expect(await page.locator("#passed").innerText()).toBe("2");
     expect(await page.evaluate(() => (globalThis as unknown as { marker: number }).marker)).toBe(42); // no reload
     await page.screenshot({ path: join(SHOTS, "ui-run.png"), fullPage: true });

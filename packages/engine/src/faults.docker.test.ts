@@ -59,7 +59,7 @@ describe.skipIf(!haveDocker)("faults in the harness's own infrastructure", () =>
     daemon = new PrivateDaemon(root.path);
     await daemon.start();
     execFileSync("sh", ["-c", `docker save ${BUSYBOX} | docker -H unix://${daemon.socket} load`]);
-  }, 120_000);
+  });
   afterAll(async () => {
     await daemon?.stop();
     await root?.cleanup();
@@ -99,5 +99,5 @@ describe.skipIf(!haveDocker)("faults in the harness's own infrastructure", () =>
     expect(results.reduce((n, r) => n + r.retries, 0)).toBeGreaterThanOrEqual(1);
     const left = await new Dockerode({ socketPath: daemon.socket }).listContainers({ all: true, filters: { label: ["proctor.run=restart"] } });
     expect(left).toEqual([]);
-  }, 240_000);
+  });
 });

@@ -136,7 +136,7 @@ describe.skipIf(!haveDocker)("verification integrity on Docker (the agent is roo
     const service = results.service?.integrity;
     expect(service).toMatchObject({ isolation: "shared", flagged: true });
     expect(service?.survivors.some((p) => p.command.includes("http.server") && p.ports.includes(8000))).toBe(true);
-  }, 180_000);
+  });
 
   test("no false positive: a solution that installs Debian packages (apt-get, as many Terminal-Bench solutions do) passes", async () => {
     const dir = await writeTasks(join(root.path, "apt-tasks"), {
@@ -161,7 +161,7 @@ describe.skipIf(!haveDocker)("verification integrity on Docker (the agent is roo
       expect(results[id], id).toMatchObject({ status: "failed", reward: 0, integrity: { tampered: [] } });
       expect(results[id]?.integrity?.note, id).toMatch(/shell start-up files changed .*\/etc\/profile\.d\/zz-pass\.sh/);
     }
-  }, 180_000);
+  });
 
   test.each(["conftest", "fake-bash", "sh-wrapper", "sitecustomize", "pth"])("%s: the trial is an agent error 'tampered', reward 0, in both verifier modes", async (name) => {
     const results = await attack(name, ["pytest-answer", "checks-answer"]);
@@ -171,7 +171,7 @@ describe.skipIf(!haveDocker)("verification integrity on Docker (the agent is roo
       expect(result?.error?.message, id).toMatch(/^tampered: \//);
       expect(result?.integrity?.tampered.length, id).toBeGreaterThan(0);
     }
-  }, 180_000);
+  });
 
   test("pid-hopping chains: gone before a strict verifier starts (reward 0); in shared mode they are listed and a pass is flagged", async () => {
     const strict = await attack("late-fixer", ["pytest-answer", "checks-answer"], { isolateVerifier: true });
@@ -184,7 +184,7 @@ describe.skipIf(!haveDocker)("verification integrity on Docker (the agent is roo
     expect(result?.integrity?.survivors.length).toBeGreaterThan(0);
     // Whether the hoppers win the race to the tests varies; a pass they make is always flagged.
     expect(result?.integrity?.flagged).toBe(result?.status === "passed");
-  }, 240_000);
+  });
 
   test("a process rewriting the reward after the verifier wrote it never turns a fail into a pass", async () => {
     const results = await attack("reward-rewriter", ["pytest-answer"], { isolateVerifier: false });
@@ -194,7 +194,7 @@ describe.skipIf(!haveDocker)("verification integrity on Docker (the agent is roo
     expect(result?.reward ?? 0).toBe(0);
     const strict = await attack("reward-rewriter", ["pytest-answer"], { isolateVerifier: true });
     expect(strict["pytest-answer"]).toMatchObject({ status: "failed", reward: 0 });
-  }, 240_000);
+  });
 
   test("an agent killed by the OOM killer is an agent error that says 'out of memory'", async () => {
     const agent = await writeAgent(root.path, "hog", "python3 -c 'x = bytearray(1024 * 1024 * 1024)'; echo survived");
@@ -205,7 +205,7 @@ describe.skipIf(!haveDocker)("verification integrity on Docker (the agent is roo
     const [result] = await readResultsFile(handle.runDir);
     expect(result).toMatchObject({ status: "error", error: { kind: "agent" } });
     expect(result?.error?.message).toMatch(/^out of memory: .* 64 MB/);
-  }, 120_000);
+  });
 
   test("a sandbox writing past its storage limit has its agent stopped with an agent error", async () => {
     const agent = await writeAgent(root.path, "filler", "for i in $(seq 1 40); do head -c 10000000 /dev/urandom > /app/fill-$i; sleep 0.5; done");
@@ -216,7 +216,7 @@ describe.skipIf(!haveDocker)("verification integrity on Docker (the agent is roo
     expect(result).toMatchObject({ status: "error", error: { kind: "agent" } });
     expect(result?.error?.message).toMatch(/^disk limit exceeded: the sandbox wrote \d+ MB, above its 50 MB limit/);
     expect(result?.agent?.timedOut).toBe(false);
-  }, 120_000);
+  });
 
   test("a 3 GB sparse file in /logs/agent is collected only up to the run's log limit", async () => {
     const agent = await writeAgent(root.path, "sparse", "truncate -s 3G /logs/agent/huge.log; echo 42 > /app/answer.txt");
@@ -227,5 +227,5 @@ describe.skipIf(!haveDocker)("verification integrity on Docker (the agent is roo
     const huge = await stat(join(handle.runDir, "trials", "pytest-answer__1", "logs", "agent", "huge.log"));
     expect(huge.size).toBeLessThanOrEqual(5 * 1024 * 1024);
     expect(await readFile(join(handle.runDir, "trials", "pytest-answer__1", "verifier", "reward.txt"), "utf8")).toBe("1\n");
-  }, 120_000);
+  });
 });

@@ -148,5 +148,5 @@ describe.skipIf(!haveDocker)("model proxy on Docker (no-network sandboxes)", () 
     expect(logged.filter((line) => line.includes(KEY))).toEqual([]);
     expect(summary).toMatchObject({ status: "completed", trials: { total: 2, passed: 1, errored: 1 } });
     expect(containersOf(runId)).toEqual([]);
-  }, 240_000);
+  });
 });

@@ -152,5 +152,5 @@ describe.skipIf(!haveDocker)("engine on Docker", () => {
     expect(done).toMatchObject({ status: "completed", trials: { total: 5, passed: 5 } });
     expect(started.sort()).toEqual(["slow-2__1", "slow-3__1", "slow-4__1", "slow-5__1"]);
     expect(containersOf(first.runId)).toEqual([]);
-  }, 120_000);
+  });
 });

@@ -93,5 +93,5 @@ describe.skipIf(!run)("Docker sandbox isolation primitives", () => {
     } finally {
       await short.kill();
     }
-  }, 60_000);
+  });
 });

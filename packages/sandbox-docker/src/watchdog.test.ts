@@ -117,7 +117,7 @@ describe.skipIf(!run)("the sandbox watchdog", () => {
     // The watchdog exits once it has confirmed nothing of its owner is left.
     expect(await until(async () => !existsSync(`/proc/${watchdog}`), 20_000, 200)).toBe(true);
     for (const id of others) expect((await docker.getContainer(id).inspect()).Id).toBe(id);
-  }, 120_000);
+  });
 
   it("reaches the daemon the way the runtime does: DOCKER_HOST=tcp://", async () => {
     // A TCP front for the daemon's socket, counting connections (the watchdog's calls are among them).
@@ -143,7 +143,7 @@ describe.skipIf(!run)("the sandbox watchdog", () => {
     expect(connections).toBeGreaterThan(before);
     // It confirms over the same endpoint and exits (before afterAll closes the proxy).
     expect(await until(async () => watchdogsOf(owner.owner).length === 0, 20_000, 200)).toBe(true);
-  }, 120_000);
+  });
 
   it("a SIGTERM to the watchdog (its owner's service being stopped) still reaps when the owner dies right after", async () => {
     const owner = await startOwner(label);
@@ -154,14 +154,14 @@ describe.skipIf(!run)("the sandbox watchdog", () => {
     expect(existsSync(`/proc/${watchdog}`)).toBe(true);
     owner.child.kill("SIGKILL");
     expect(await until(async () => (await containersOf(owner.owner)).length === 0, 30_000, 200)).toBe(true);
-  }, 60_000);
+  });
 
   it("a clean exit of the owner: its watchdog exits by itself", async () => {
     const owner = await startOwner(label, "clean");
     expect(await owner.exited).toBe(0);
     expect(await containersOf(owner.owner)).toEqual([]);
     expect(await until(async () => watchdogsOf(owner.owner).length === 0, 20_000, 200)).toBe(true);
-  }, 60_000);
+  });
 
   it("a watchdog that died is started again by the next create(), one per owner", async () => {
     const runtime = new DockerRuntime({ docker, warmPool: 0 });
@@ -184,5 +184,5 @@ describe.skipIf(!run)("the sandbox watchdog", () => {
       await runtime.drain();
     }
     // This test process's watchdog stays until the test worker exits, then finds nothing to remove.
-  }, 60_000);
+  });
 });

@@ -136,7 +136,7 @@ describe.skipIf(!haveChromium)("proctor view in Chromium", () => {
     for (const r of more) await writeTrialFiles(dir, r);
     await appendFile(join(dir, "results.jsonl"), more.map((r) => `${JSON.stringify(r)}\n`).join(""));
     await writeSummary(dir, runId, 4, all, "completed", "2025-03-02T10:00:00.000Z");
-    await page.locator("#finished").getByText("4/4").waitFor({ timeout: 10_000 });
+    await page.locator("#finished").getByText("4/4").waitFor({ timeout: 60_000 });
     expect(await page.locator("#passed").innerText()).toBe("2");
     expect(await page.evaluate(() => (globalThis as unknown as { marker: number }).marker)).toBe(42); // no reload
     expect(await page.locator("#live").innerText()).toBe("live");
