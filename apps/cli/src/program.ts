@@ -42,9 +42,9 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
 
   program
     .command("run")
-    .description("run an agent on tasks: a task dir, a dir of task dirs, or an archive (.zip/.tar.gz)")
+    .description("run an agent on tasks: a task dir, a dir of task dirs, an archive (.zip/.tar.gz), or SWE-bench rows (.jsonl/.json)")
     .argument("[source...]", "task sources (optional with --resume)")
-    .option("-a, --agent <agent>", "oracle | nop | llm | <agent-dir> (default: the archive's agent_code, else oracle)")
+    .option("-a, --agent <agent>", "oracle | nop | llm | patches:<predictions.jsonl> | <agent-dir> (default: the archive's agent_code, else oracle)")
     .addOption(new Option("--runtime <runtime>", "sandbox runtime").choices(["auto", "docker", "local"]).default("auto"))
     .option("-n, --concurrency <n>", "trials at once", positiveInt("--concurrency"), 4)
     .option("-k, --attempts <k>", "attempts per task", positiveInt("--attempts"), 1)
@@ -55,6 +55,8 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--run-id <id>", "run id (default: timestamp + random)")
     .option("--resume <run-dir>", "continue a run: skip finished trials, refuse a changed config")
     .option("--timeout-multiplier <x>", "scale every task timeout", positiveNumber("--timeout-multiplier"), 1)
+    .option("--repos-dir <dir>", "SWE-bench rows: bare mirrors named <owner>__<name>.git (no network clone)")
+    .option("--image <template>", "SWE-bench rows without image_name: image to use, {repo} {version} {instance_id} filled in (default: a built Python image)")
     .option("--default-image <image>", "image for tasks that name none (default on Docker: proctor/base:bookworm)")
     .option("--isolate-verifier", "no agent process may be alive when the verifier starts, for every task (default: each task decides)")
     .option("--no-isolate-verifier", "let agent processes live through verification, for every task (trusted agents; listed and flagged)")
@@ -89,6 +91,8 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
           resume: o.resume,
           timeoutMultiplier: o.timeoutMultiplier,
           defaultImage: o.defaultImage,
+          reposDir: o.reposDir,
+          image: o.image,
           isolateVerifier: o.isolateVerifier,
           llm: {
             model: o.model,

@@ -12,3 +12,4 @@ export { ATIF_SCHEMA_VERSION } from "./llm-trajectory";
 export type { StopReason } from "./llm-trajectory";
 export type { ModelProxyAgent } from "./model-proxy";
 export { withModelProxy, MODEL_PROXY_PORT } from "./model-proxy";
+export { patchesAgent } from "./patches";

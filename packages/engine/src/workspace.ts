@@ -79,6 +79,12 @@ export class RepoCache {
   /** Make sure the cache holds `commit` of `url` and return the bare repo's path. */
   async ensure(url: string, commit: string, options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<string> {
     assertCommitId(commit, url);
+    // A local bare mirror (SWE-bench's --repos-dir) is its own cache: read it in place, never copy or write it.
+    if (isAbsolute(url) && existsSync(join(url, "objects")) && existsSync(join(url, "HEAD")) && !existsSync(join(url, ".git"))) {
+      const present = await git(["--git-dir", url, "cat-file", "-e", "--end-of-options", `${commit}^{commit}`], options).then(() => true, () => false);
+      if (!present) throw new WorkspaceError(`the mirror ${url} has no commit ${commit}: update it (git --git-dir ${url} fetch origin '+refs/heads/*:refs/heads/*') or check base_commit`, url);
+      return url;
+    }
     const bare = this.pathFor(url);
     return this.serialize(bare, async () => {
       const has = () => git(["--git-dir", bare, "cat-file", "-e", "--end-of-options", `${commit}^{commit}`], options).then(() => true, () => false);

@@ -64,6 +64,20 @@ export const Integrity = z.object({
 });
 export type Integrity = z.infer<typeof Integrity>;
 
+/** Tests of one group (FAIL_TO_PASS or PASS_TO_PASS) that passed and that did not. */
+const TestGroup = z.object({ success: z.array(z.string()), failure: z.array(z.string()) });
+
+/** Per-test grading of a SWE-bench-style task: resolved iff every FAIL_TO_PASS and PASS_TO_PASS test passed. */
+const TestGrading = z.object({
+  resolved: z.boolean(),
+  /** The shell string run in the repository. */
+  testCommand: z.string(),
+  failToPass: TestGroup,
+  passToPass: TestGroup,
+  /** Every test the log named, with its status (XFAIL counts as passed). */
+  tests: z.record(z.string(), z.enum(["PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL"])),
+});
+
 /** One line of results.jsonl and the body of trials/<id>/result.json. */
 export const TrialResult = z.object({
   trialId: z.string(),
@@ -94,6 +108,8 @@ export const TrialResult = z.object({
   checks: z.array(CheckResult).nullable(),
   /** Absent in results written before Proctor checked integrity. */
   integrity: Integrity.nullable().optional(),
+  /** SWE-bench-style tasks: the per-test table and which FAIL_TO_PASS / PASS_TO_PASS tests failed. */
+  grading: TestGrading.optional(),
 });
 export type TrialResult = z.infer<typeof TrialResult>;
 

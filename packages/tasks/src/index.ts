@@ -16,5 +16,7 @@ export {
 export type { TermExecutorOptions, TermExecutorArchive } from "./term-executor";
 export { hashTask } from "./hash";
 export { parseSizeMb } from "./fields";
+export { loadSwebenchFile, isSwebenchFile, mirrorPath, SwebenchGrading, SWEBENCH_WORKDIR, SWEBENCH_BASE_IMAGE, SWEBENCH_LOG_PARSERS } from "./swebench";
+export type { SwebenchOptions, SwebenchLogParser } from "./swebench";
 export { loadTb2File, isTb2File, TB2_ARCHIVE_LIMITS } from "./tb2";
 export type { Tb2Options } from "./tb2";

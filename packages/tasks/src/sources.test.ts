@@ -87,13 +87,14 @@ describe("loadTasks", () => {
     ]);
   });
 
-  test(".jsonl, archives, missing paths and empty dirs give clear errors", async () => {
+  test("bad .jsonl rows, archives, missing paths and empty dirs give clear errors", async () => {
     const root = await tempDir();
     await writeTree(root, { "data.jsonl": "{}\n", "batch.tar.gz": "x", "empty/readme.txt": "" });
     const { tasks, errors } = await loadTasks([join(root, "data.jsonl"), join(root, "batch.tar.gz"), join(root, "missing"), join(root, "empty")]);
     expect(tasks).toEqual([]);
-    expect(errors.map((e) => [e.name, e.message])).toEqual([
-      ["UnsupportedTaskError", `${join(root, "data.jsonl")}: dataset files (.jsonl) are not supported yet: give a task directory`],
+    // A .jsonl is a SWE-bench dataset: its bad row is reported field by field (swebench.test.ts has the rest).
+    expect(errors[0]?.message).toBe(`${join(root, "data.jsonl")}:1: instance_id is missing`);
+    expect(errors.map((e) => [e.name, e.message]).filter(([, m]) => !m?.includes("data.jsonl"))).toEqual([
       ["UnsupportedTaskError", `${join(root, "batch.tar.gz")}: archives are not supported as a task source yet: extract it and give the directory`],
       ["TaskLoadError", `${join(root, "missing")}: does not exist: give a task directory, a directory of tasks, or a term-executor archive directory`],
       [

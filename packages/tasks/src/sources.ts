@@ -6,12 +6,13 @@ import { loggerOf, type LoadedTask } from "./common";
 import { TaskLoadError, UnsupportedTaskError } from "./errors";
 import { displayPath } from "./fields";
 import { loadNativeTask } from "./native";
+import { isSwebenchFile, loadSwebenchFile, type SwebenchOptions } from "./swebench";
 import { isTb2File, loadTb2File } from "./tb2";
 import { loadTb1Task } from "./tb1";
 import { isTermExecutorRoot, loadTermExecutorArchive, loadTermExecutorTask, type TermExecutorOptions } from "./term-executor";
 import { byPath, isDir, isFile } from "./tree";
 
-export interface LoadTasksOptions extends TermExecutorOptions {
+export interface LoadTasksOptions extends TermExecutorOptions, SwebenchOptions {
   /** Keep only tasks whose id matches any of these globs (picomatch). Empty or absent: all. */
   include?: readonly string[];
   /** Drop tasks whose id matches any of these globs; wins over include and tasksFile. */
@@ -62,9 +63,7 @@ async function loadSource(source: string, options: LoadTasksOptions): Promise<Lo
   if (info.isFile()) {
     // Terminal-Bench 2 rows are told from SWE-bench rows by their fields (tests_tar / environment_tar).
     if (await isTb2File(path)) return loadTb2File(path, options);
-    if (path.toLowerCase().endsWith(".jsonl")) {
-      return fromErrors(new UnsupportedTaskError(shown, "dataset files (.jsonl) are not supported yet: give a task directory"));
-    }
+    if (isSwebenchFile(path)) return loadSwebenchFile(path, options);
     if (ARCHIVE.test(path)) {
       return fromErrors(new UnsupportedTaskError(shown, "archives are not supported as a task source yet: extract it and give the directory"));
     }

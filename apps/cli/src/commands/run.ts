@@ -6,6 +6,7 @@ import type { AgentSpec, Logger, RunSummary, TaskSpec } from "@proctor/schema";
 import { DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL } from "@proctor/llm";
 import { readRunConfig, startRun } from "@proctor/engine";
 import { loadTasks } from "@proctor/tasks";
+import { AgentConfigError, patchesAgent } from "@proctor/agents";
 import { UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
 import { createProgress } from "../progress";
@@ -26,6 +27,10 @@ export interface RunCommandOptions {
   resume?: string;
   timeoutMultiplier: number;
   defaultImage?: string;
+  /** --repos-dir: bare mirrors `<owner>__<name>.git` for SWE-bench rows. */
+  reposDir?: string;
+  /** --image: image template for SWE-bench rows without image_name (`{repo}`, `{version}`, `{instance_id}`). */
+  image?: string;
   /** --isolate-verifier (true) / --no-isolate-verifier (false); undefined: each task decides. */
   isolateVerifier?: boolean;
   /** --agent llm flags (--model, --base-url, ...); only --agent llm may use them. */
@@ -129,6 +134,16 @@ function progressIntervalMs(env: NodeJS.ProcessEnv): number | undefined {
   return sec * 1000;
 }
 
+/** `--agent patches:FILE`: SWE-bench predictions applied per instance. */
+function predictionsAgent(file: string) {
+  try {
+    return patchesAgent(resolve(file));
+  } catch (error) {
+    if (error instanceof AgentConfigError) throw new UsageError(`--agent patches:${file}: ${error.message}`, { cause: error });
+    throw error;
+  }
+}
+
 function newRunId(): string {
   const now = new Date().toISOString().replace(/[-:]/g, "").replace("T", "-").slice(0, 15);
   return `${now}-${randomBytes(2).toString("hex")}`;
@@ -162,7 +177,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     // With no sources given, a resume repeats the stored run exactly; given flags must match it.
     if (sources.length === 0) {
       sources = previous.sources;
-      agentArg ??= previous.agent.kind === "code" ? previous.agent.dir : previous.agent.kind;
+      agentArg ??= previous.agent.kind === "code" ? previous.agent.dir : previous.agent.kind === "custom" && previous.agent.name.startsWith("patches:") ? previous.agent.name : previous.agent.kind;
       if (previous.agent.kind === "llm" && agentArg === "llm") {
         const { kind: _kind, ...stored } = previous.agent;
         llmFlags = { ...stored, ...Object.fromEntries(Object.entries(llmFlags).filter(([, v]) => v !== undefined)) };
@@ -186,14 +201,20 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   const runDir = join(runsRoot, runId);
   await mkdir(runDir, { recursive: true });
   const prepared = await prepareSources(sources.map((s) => resolve(s)), join(runDir, "input"), options.logger);
-  const loaded = await loadTasks(prepared.taskSources, { include: options.include, exclude: options.exclude, tasksFile: options.tasksFile });
+  const loaded = await loadTasks(prepared.taskSources, {
+    include: options.include,
+    exclude: options.exclude,
+    tasksFile: options.tasksFile,
+    ...(options.reposDir !== undefined ? { reposDir: options.reposDir } : {}),
+    ...(options.image !== undefined ? { imageTemplate: options.image } : {}),
+  });
   if (loaded.errors.length > 0) {
     throw new UsageError(`${loaded.errors.length} task(s) failed to load:\n${loaded.errors.map((e) => `  ${e.message}`).join("\n")}`);
   }
   const tasks: TaskSpec[] = loaded.tasks;
   if (tasks.length === 0) throw new UsageError(`no tasks matched in ${sources.join(", ")}${options.include.length || options.exclude.length || options.tasksFile ? " after --include/--exclude/--tasks-file" : ""}`);
 
-  const agent = parseAgent(agentArg, prepared.agentDir, llmFlags);
+  const agent = agentArg?.startsWith("patches:") ? predictionsAgent(agentArg.slice("patches:".length)) : parseAgent(agentArg, prepared.agentDir, llmFlags);
   const runtime = await openRuntime(parseRuntimeChoice(runtimeArg), options.logger);
   const image = defaultImage ?? (runtime.name === "docker" ? DEFAULT_DOCKER_IMAGE : null);
   // A run killed with -9 leaves its sandboxes behind; remove those of dead owners before starting.

@@ -51,6 +51,8 @@ export interface AttemptState {
   agent: TrialResult["agent"];
   checks: CheckResult[] | null;
   integrity: Integrity | null;
+  /** SWE-bench-style tasks: the per-test grading. */
+  grading?: NonNullable<TrialResult["grading"]>;
 }
 
 /** Per-phase budgets in ms, already scaled by the timeout multiplier. */

@@ -16,6 +16,7 @@ import {
 import { startSandbox } from "./environment";
 import { asStopped, guardVerifier, rewardChangedAfterRead, runVerifier, type RewardRead } from "./verify";
 import { setUpWorkspace } from "./workspace";
+import { gradeSwebench } from "../swebench/grade";
 
 /** Infra errors that justify starting the trial again in a new sandbox. */
 export function isRetryableInfra(error: unknown): boolean {
@@ -151,6 +152,7 @@ export async function runTrial(task: TaskSpec, attempt: number, env: TrialEnviro
     agent: outcome.agent,
     checks: outcome.checks,
     integrity: outcome.integrity,
+    ...(outcome.grading ? { grading: outcome.grading } : {}),
   };
 }
 
@@ -242,6 +244,8 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
 async function verifyAttempt(attempt: SandboxAttempt): Promise<RewardRead | null> {
   return asStopped(attempt.sandbox, attempt.signal, async () => {
     if (!(await guardVerifier(attempt))) return null;
+    // SWE-bench-style tasks are graded per test (test_patch applied after the agent, log parsed).
+    if (attempt.task.format === "swebench") return gradeSwebench(attempt).then(() => null);
     return runVerifier(attempt);
   });
 }

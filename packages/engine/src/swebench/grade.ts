@@ -1,0 +1,181 @@
+import { randomUUID } from "node:crypto";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join, posix } from "node:path";
+import { CappedFile, type ExecOptions, type Sandbox } from "@proctor/sandbox";
+import { SwebenchGrading } from "@proctor/tasks";
+import { repoUrl } from "../workspace";
+import { CHECKOUT_MS, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, message, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
+import { LOG_PARSERS, testPassed } from "./parsers";
+import { applyTestPatch, pytestTargets, TestPatchError, type TestFiles } from "./test-patch";
+
+/** argv running `script` with the sandbox's trusted shell (the read-only busybox in a container). */
+function trusted(sandbox: Sandbox, script: string, args: string[] = []): string[] {
+  return [...sandbox.trustedTools, "sh", "-c", script, "proctor", ...args];
+}
+
+function admin(sandbox: Sandbox): Pick<ExecOptions, "user"> {
+  return sandbox.adminUser !== undefined ? { user: sandbox.adminUser } : {};
+}
+
+function shellQuote(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+/**
+ * Removes what the agent may have put in the test files' way: a symlinked workdir is refused,
+ * symlinked ancestor directories (top-down, args before `--`) are removed, then every touched path.
+ */
+const CLEAR_SCRIPT = `w="$1"; shift
+[ -L "$w" ] && { echo "$w is a symbolic link" >&2; exit 3; }
+cd "$w" || exit 2
+while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do [ -L "$1" ] && rm -f "$1"; shift; done
+[ "$#" -gt 0 ] && shift
+for p in "$@"; do rm -rf "$p"; done
+exit 0`;
+
+/** Runs the test command with the image's bash (no profile, no rc files), stdout+stderr between two markers. */
+const RUN_SCRIPT = `cd "$1" || exit 2
+printf '%s\\n' "$2"
+if [ -x /bin/bash ]; then /bin/bash --noprofile --norc -c "$4" 2>&1; else /bin/sh -c "$4" 2>&1; fi
+s=$?
+printf '\\n%s\\n' "$3"
+exit $s`;
+
+function ancestors(paths: readonly string[]): string[] {
+  const dirs = new Set<string>();
+  for (const p of paths) {
+    let d = posix.dirname(p);
+    while (d !== "." && d !== "/") {
+      dirs.add(d);
+      d = posix.dirname(d);
+    }
+  }
+  return [...dirs].sort((a, b) => a.split("/").length - b.split("/").length || a.localeCompare(b));
+}
+
+/**
+ * Grade a SWE-bench-style task after the agent (and after guardVerifier's integrity checks): the
+ * files test_patch touches are computed on the host from base_commit + test_patch and written
+ * over whatever the agent left; the test command (row's test_cmd, else pytest -rA on those files)
+ * runs in the workdir; its log is parsed per test; reward 1 iff every FAIL_TO_PASS and
+ * PASS_TO_PASS test passed. Problems are recorded in `state.errors` (kind verifier).
+ */
+export async function gradeSwebench(attempt: SandboxAttempt): Promise<void> {
+  const { task, sandbox, signal, state, env, trialDir } = attempt;
+  const parsed = SwebenchGrading.safeParse(task.extra.swebench);
+  const ws = task.workspace;
+  if (!parsed.success || !ws) {
+    state.errors.push({ kind: "verifier", message: `task ${task.id} is a swebench task without its grading data (extra.swebench, workspace)` });
+    return;
+  }
+  const grading = parsed.data;
+  const workdir = sandbox.workdir.replace(/\/+$/, "") || "/";
+
+  let files: TestFiles;
+  try {
+    const bare = await env.repoCache.ensure(repoUrl(ws.repo, task.sourcePath), ws.baseCommit, { timeoutMs: CHECKOUT_MS, signal });
+    files = await applyTestPatch(bare, ws.baseCommit, grading.testPatch);
+  } catch (error) {
+    throwIfAborted(signal);
+    state.errors.push({ kind: "verifier", message: error instanceof TestPatchError ? error.message : `cannot prepare the test files: ${message(error)}` });
+    return;
+  }
+
+  // Reset: every touched path goes, then the patched files come from the host.
+  const cleared = await sandbox.exec(trusted(sandbox, CLEAR_SCRIPT, [workdir, ...ancestors(files.touched), "--", ...files.touched]), { ...admin(sandbox), timeoutMs: HOUSEKEEPING_MS, signal });
+  throwIfAborted(signal);
+  if (cleared.exitCode === 3) {
+    state.errors.push({ kind: "agent", message: `tampered: ${workdir} was replaced by a symbolic link` });
+    state.reward = 0;
+    return;
+  }
+  if (cleared.exitCode !== 0) {
+    state.errors.push({ kind: "verifier", message: `could not reset the test files in ${workdir} (exit ${cleared.exitCode}): ${tail(cleared.stderr)}` });
+    return;
+  }
+  const regular = files.files.filter((f) => f.link === null);
+  if (regular.length > 0) {
+    const staging = await mkdtemp(join(tmpdir(), "proctor-testfiles-"));
+    try {
+      for (const f of regular) {
+        const target = join(staging, f.path);
+        await mkdir(dirname(target), { recursive: true });
+        await writeFile(target, f.data, { mode: f.mode });
+      }
+      await sandbox.upload(staging, workdir);
+    } finally {
+      await rm(staging, { recursive: true, force: true });
+    }
+  }
+  const links = files.files.filter((f) => f.link !== null);
+  for (const f of links) {
+    await sandbox.exec(trusted(sandbox, 'cd "$1" && mkdir -p "$(dirname "$3")" && ln -sfn "$2" "$3"', [workdir, f.link as string, f.path]), { ...admin(sandbox), timeoutMs: HOUSEKEEPING_MS, signal });
+  }
+
+  const targets = pytestTargets(files);
+  const command = grading.testCmd ?? `python3 -m pytest -rA -p no:cacheprovider ${targets.map(shellQuote).join(" ")}`;
+  const nonce = randomUUID();
+  const start = `>>>>> proctor start test output ${nonce}`;
+  const end = `>>>>> proctor end test output ${nonce}`;
+  const out = await CappedFile.open(join(trialDir, "verifier", "test-output.txt"), VERIFIER_LOG_BYTES);
+  const chunks: Buffer[] = [];
+  let kept = 0;
+  let cut = false;
+  const result = await sandbox
+    .exec(trusted(sandbox, RUN_SCRIPT, [workdir, start, end, command]), {
+      ...admin(sandbox),
+      env: task.verifier.env,
+      timeoutMs: attempt.budgets.verifierMs,
+      signal,
+      onStdout: (c) => {
+        out.write(c);
+        if (kept + c.length > VERIFIER_LOG_BYTES) cut = true;
+        else {
+          chunks.push(c);
+          kept += c.length;
+        }
+      },
+      onStderr: (c) => out.write(c),
+      maxOutputBytes: 64 * 1024,
+    })
+    .finally(() => out.close());
+  throwIfAborted(signal);
+  if (result.timedOut) {
+    state.errors.push({ kind: "verifier", message: `the tests timed out after ${Math.round(attempt.budgets.verifierMs / 1000)} s` });
+    return;
+  }
+  const log = Buffer.concat(chunks).toString("utf8");
+  const from = log.indexOf(`${start}\n`);
+  const to = log.lastIndexOf(`\n${end}\n`);
+  if (from < 0 || to < from) {
+    state.errors.push({
+      kind: "verifier",
+      message: cut ? `the test output passed ${VERIFIER_LOG_BYTES} bytes and was cut before its end marker` : `the test command's output has no end marker (exit ${result.exitCode}): ${tail(result.stderr || log, 3)}`,
+    });
+    return;
+  }
+  const tests = LOG_PARSERS[grading.logParser](log.slice(from + start.length + 1, to));
+  const group = (ids: readonly string[]) => ({ success: ids.filter((id) => testPassed(tests[id])), failure: ids.filter((id) => !testPassed(tests[id])) });
+  const failToPass = group(grading.failToPass);
+  const passToPass = group(grading.passToPass);
+  const resolved = failToPass.failure.length === 0 && passToPass.failure.length === 0;
+  state.grading = { resolved, testCommand: command, failToPass, passToPass, tests };
+  state.reward = resolved ? 1 : 0;
+  // SWE-bench's own per-instance report, beside the test output.
+  const report = {
+    [grading.instanceId]: {
+      patch_is_None: false,
+      patch_exists: true,
+      patch_successfully_applied: true,
+      resolved,
+      tests_status: {
+        FAIL_TO_PASS: failToPass,
+        PASS_TO_PASS: passToPass,
+        FAIL_TO_FAIL: { success: [], failure: [] },
+        PASS_TO_FAIL: { success: [], failure: [] },
+      },
+    },
+  };
+  await writeFile(join(trialDir, "verifier", "report.json"), `${JSON.stringify(report, null, 2)}\n`);
+}
