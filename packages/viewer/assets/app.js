@@ -230,17 +230,40 @@ function logBlock(runId, trialId, name, size) {
   return h("div", {}, h("h3", {}, `${name} `, h("span", { class: "muted" }, `${size} bytes`)), pre, more);
 }
 
-/** @param {any} trajectory */
+/** @param {unknown} value */
+function asText(value) {
+  return typeof value === "string" ? value : JSON.stringify(value, null, 2);
+}
+
+/**
+ * ATIF steps (the llm agent's and the model proxy's trajectory.json): who spoke, the message,
+ * each tool call with its arguments and, under it, that call's output; plain chat messages too.
+ * @param {any} trajectory
+ */
 function trajectoryBlock(trajectory) {
   const steps = Array.isArray(trajectory?.steps) ? trajectory.steps : Array.isArray(trajectory?.messages) ? trajectory.messages : Array.isArray(trajectory) ? trajectory : null;
-  if (!steps) return h("pre", {}, JSON.stringify(trajectory, null, 2));
-  return h("div", {}, steps.map((/** @type {any} */ s, /** @type {number} */ i) =>
-    h("div", { class: "turn" },
-      h("b", {}, `${i + 1}. ${s.source ?? s.role ?? "step"}`),
-      s.message ?? s.content ? h("pre", {}, typeof (s.message ?? s.content) === "string" ? (s.message ?? s.content) : JSON.stringify(s.message ?? s.content, null, 2)) : null,
-      (s.tool_calls ?? []).map((/** @type {any} */ c) => h("pre", {}, `→ ${c.function_name ?? c.function?.name ?? c.name ?? "tool"}(${typeof (c.arguments ?? c.function?.arguments) === "string" ? (c.arguments ?? c.function?.arguments) : JSON.stringify(c.arguments ?? c.function?.arguments)})`)),
-      s.observation ? h("pre", {}, typeof s.observation === "string" ? s.observation : JSON.stringify(s.observation, null, 2)) : null,
-    )));
+  if (!steps) return h("pre", {}, asText(trajectory));
+  return h("div", { id: "trajectory" }, steps.map((/** @type {any} */ s, /** @type {number} */ i) => {
+    const results = Array.isArray(s.observation?.results) ? s.observation.results : null;
+    const outputOf = (/** @type {string} */ id) => results?.find((/** @type {any} */ r) => r.source_call_id === id);
+    const calls = (s.tool_calls ?? []).map((/** @type {any} */ c) => {
+      const name = c.function_name ?? c.function?.name ?? c.name ?? "tool";
+      const args = c.arguments ?? c.function?.arguments;
+      const output = c.tool_call_id ? outputOf(c.tool_call_id) : undefined;
+      return h("div", { class: "call" },
+        h("pre", { class: "tool-call" }, `→ ${name}(${typeof args === "string" ? args : JSON.stringify(args)})`),
+        output ? h("pre", { class: "tool-output" }, asText(output.content)) : null);
+    });
+    const matched = new Set((s.tool_calls ?? []).map((/** @type {any} */ c) => c.tool_call_id));
+    const unmatched = results ? results.filter((/** @type {any} */ r) => !matched.has(r.source_call_id)) : s.observation ? [{ content: s.observation }] : [];
+    const tokens = s.metrics ? ` · ${s.metrics.prompt_tokens} in / ${s.metrics.completion_tokens} out tokens` : "";
+    const text = s.message ?? s.content;
+    return h("div", { class: "turn" },
+      h("b", {}, `${s.step_id ?? i + 1}. ${s.source ?? s.role ?? "step"}`), h("span", { class: "muted" }, tokens),
+      text ? h("pre", {}, asText(text)) : null,
+      calls,
+      unmatched.map((/** @type {any} */ r) => h("pre", { class: "tool-output" }, asText(r.content))));
+  }));
 }
 
 /** @param {string} runId @param {string} trialId */

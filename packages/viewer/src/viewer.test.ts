@@ -52,6 +52,33 @@ async function writeTrialFiles(dir: string, r: TrialResult): Promise<void> {
   await writeFile(join(t, "verifier", "test-stdout.txt"), r.status === "passed" ? "1 passed\n" : "FAILED tests/test_outputs.py::test_file - AssertionError\n");
 }
 
+/** The shape @proctor/agents' llm agent writes (ATIF-v1.4 field names; see llm-trajectory.ts). */
+const LLM_TRAJECTORY = {
+  schema_version: "ATIF-v1.4",
+  session_id: "data-clean__1",
+  agent: { name: "proctor-llm", version: "0.1.0", model_name: "scripted-model", extra: {} },
+  steps: [
+    { step_id: 1, timestamp: "2025-03-02T10:00:01.000Z", source: "system", message: "You are working in a Linux sandbox." },
+    { step_id: 2, timestamp: "2025-03-02T10:00:01.000Z", source: "user", message: "Do the data-clean task." },
+    {
+      step_id: 3,
+      timestamp: "2025-03-02T10:00:02.000Z",
+      source: "agent",
+      model_name: "scripted-model",
+      message: "Let me look at the data first.",
+      tool_calls: [
+        { tool_call_id: "call_1", function_name: "bash", arguments: { command: "head -n 3 data.csv" } },
+        { tool_call_id: "call_2", function_name: "read_file", arguments: { path: "notes.txt" } },
+      ],
+      observation: { results: [{ source_call_id: "call_1", content: "exit code 0\nid,name\n1,<b>ada</b>" }, { source_call_id: "call_2", content: "clean the names" }] },
+      metrics: { prompt_tokens: 120, completion_tokens: 30 },
+    },
+    { step_id: 4, timestamp: "2025-03-02T10:00:03.000Z", source: "agent", model_name: "scripted-model", message: "", tool_calls: [{ tool_call_id: "call_3", function_name: "submit", arguments: {} }], observation: { results: [{ source_call_id: "call_3", content: "submitted" }] }, metrics: { prompt_tokens: 180, completion_tokens: 5 } },
+  ],
+  final_metrics: { total_prompt_tokens: 300, total_completion_tokens: 35, total_cached_tokens: 0, total_steps: 4, extra: { requests: 2, retries: 0 } },
+  extra: { stop_reason: "submit", messages: [] },
+};
+
 let viewer: ViewerHandle;
 let browser: Browser;
 const consoleErrors: string[] = [];
@@ -66,7 +93,8 @@ beforeAll(async () => {
     await writeFile(join(tasksDir, id, "instruction.md"), `Do the ${id} task.\n`);
   }
   await writeRun("20250301-100000-oracle", tasks, [trial("data-clean", "passed"), trial("data-join", "passed"), trial("web-server", "passed", { integrity: { isolation: "shared", tamperChecked: true, tampered: [], survivors: [{ pid: 7, ppid: 1, command: "nginx -g daemon off;", ports: [80] }], flagged: true, note: null } }), trial("web-tls", "passed")], "completed", "2025-03-01T10:00:00.000Z");
-  await writeRun("20250302-100000-agent", tasks, [trial("data-clean", "failed"), trial("data-join", "error", { error: { kind: "verifier", message: "no reward file: /logs/verifier/reward.txt" } })], "running", "2025-03-02T10:00:00.000Z");
+  const agentRun = await writeRun("20250302-100000-agent", tasks, [trial("data-clean", "failed"), trial("data-join", "error", { error: { kind: "verifier", message: "no reward file: /logs/verifier/reward.txt" } })], "running", "2025-03-02T10:00:00.000Z");
+  await writeFile(join(agentRun, "trials", "data-clean__1", "agent", "trajectory.json"), JSON.stringify(LLM_TRAJECTORY, null, 2));
   await mkdir(SHOTS, { recursive: true });
   viewer = await startViewer({ paths: [join(root, "runs")], port: 0, pollMs: 300 });
   if (haveChromium) browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--headless", "--no-sandbox", "--disable-gpu"] });
@@ -156,6 +184,25 @@ describe.skipIf(!haveChromium)("proctor view in Chromium", () => {
     expect(await page.locator('pre[data-file="agent/stdout.txt"]').innerText()).toContain("<script>alert(1)</script>"); // shown, not run
     await page.locator('pre[data-file="verifier/test-stdout.txt"]').getByText("1 passed").waitFor();
     await page.screenshot({ path: join(SHOTS, "trial.png"), fullPage: true });
+    await page.close();
+  });
+
+  test("trial page: an LLM trajectory turn by turn, each tool call with its own output", async () => {
+    const page = await open("/#/run/20250302-100000-agent/trial/data-clean__1");
+    const trajectory = page.locator("#trajectory");
+    await trajectory.getByText("Let me look at the data first.").waitFor();
+    const turns = trajectory.locator(".turn");
+    expect(await turns.count()).toBe(4);
+    const third = turns.nth(2);
+    expect(await third.locator("b").innerText()).toBe("3. agent");
+    expect(await third.innerText()).toContain("120 in / 30 out tokens");
+    const calls = third.locator(".call");
+    expect(await calls.count()).toBe(2);
+    expect(await calls.nth(0).locator(".tool-call").innerText()).toBe('→ bash({"command":"head -n 3 data.csv"})');
+    expect(await calls.nth(0).locator(".tool-output").innerText()).toBe("exit code 0\nid,name\n1,<b>ada</b>"); // shown, not rendered
+    expect(await calls.nth(1).locator(".tool-output").innerText()).toBe("clean the names");
+    expect(await turns.nth(3).locator(".tool-call").innerText()).toBe("→ submit({})");
+    await page.screenshot({ path: join(SHOTS, "trajectory.png"), fullPage: true });
     await page.close();
   });
 
