@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "vitest";
 import { mkdtemp, readFile, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -71,6 +72,7 @@ function scriptFor(r: ScriptedRequest, look: string): ScriptedReply {
 
 describe("proctor run --agent llm (local runtime, scripted model)", () => {
   test("scores the scripted model exactly as scripted, retries 429/500, records trajectories and usage, leaks no key", async () => {
+    const commandLines: string[] = [];
     server = await startScriptedModelServer({
       apiKey: KEY,
       models: ["scripted-1"],
@@ -79,9 +81,12 @@ describe("proctor run --agent llm (local runtime, scripted model)", () => {
     });
     const r = await proctor(
       ["run", examples, "--runtime", "local", "-o", out, "--run-id", "llm-ok", "--agent", "llm", "--model", "scripted-1", "--base-url", server.baseUrl, "--api-key-env", KEY_ENV, "--max-turns", "8", "--temperature", "0", "-n", "2", "--json"],
-      { env: { [KEY_ENV]: KEY } },
+      // Every process's command line on the host (what `ps` shows) while the run is under way.
+      { env: { [KEY_ENV]: KEY }, onStderr: () => commandLines.push(execFileSync("ps", ["-eww", "-o", "args="], { encoding: "utf8" })) },
     );
     expect(r.code, r.stderr).toBe(0);
+    expect(commandLines.join("\n"), "ps saw the run").toContain("--run-id llm-ok");
+    expect(commandLines.join("\n")).not.toContain(KEY);
     const summary = JSON.parse(r.stdout);
     expect(summary.trials).toMatchObject({ total: 4, passed: 3, failed: 1, errored: 0 });
     const totals = server.totals();
