@@ -138,8 +138,37 @@ function ensureStressNg() {
   return spawnSync("stress-ng", ["--version"]).status === 0;
 }
 
+/**
+ * Runs a command in its own process group, killed after timeoutMin; resolves with its exit code,
+ * whether it timed out, its output (also written to `log`) and how long it took.
+ */
+function runLogged(command, args, { cwd, env, log, timeoutMin }) {
+  return new Promise((resolve) => {
+    const started = Date.now();
+    const child = spawn(command, args, { cwd, env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+    const chunks = [];
+    child.stdout.on("data", (c) => chunks.push(c));
+    child.stderr.on("data", (c) => chunks.push(c));
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      try {
+        process.kill(-child.pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+    }, timeoutMin * 60_000);
+    child.on("close", (code) => {
+      clearTimeout(timer);
+      const text = Buffer.concat(chunks).toString();
+      writeFileSync(log, text);
+      resolve({ code, timedOut, text, seconds: (Date.now() - started) / 1000 });
+    });
+  });
+}
+
 /** Runs one project's vitest with the JSON reporter; resolves with what the report says. */
-function runProject(project, runDir, options) {
+async function runProject(project, runDir, options) {
   if (project.root.startsWith("tools/")) return runNxTarget(project, runDir, options);
   const cwd = join(ROOT, project.root);
   const vitest = join(dirname(createRequire(join(cwd, "package.json")).resolve("vitest/package.json")), "vitest.mjs");
@@ -149,64 +178,24 @@ function runProject(project, runDir, options) {
   const env = { ...process.env, FORCE_COLOR: "0", NO_COLOR: "1" };
   if (options.ci) env.CI = "true";
   const args = [vitest, "run", "--reporter=default", "--reporter=json", `--outputFile.json=${report}`];
-  return new Promise((resolve) => {
-    const started = Date.now();
-    const child = spawn(process.execPath, args, { cwd, env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
-    const chunks = [];
-    child.stdout.on("data", (c) => chunks.push(c));
-    child.stderr.on("data", (c) => chunks.push(c));
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      try {
-        process.kill(-child.pid, "SIGKILL");
-      } catch {
-        // gone
-      }
-    }, options.timeoutMin * 60_000);
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      const text = Buffer.concat(chunks).toString();
-      writeFileSync(log, text);
-      resolve(readReport(project, { report, log, code, timedOut, text, seconds: (Date.now() - started) / 1000, timeoutMin: options.timeoutMin }));
-    });
-  });
+  const ran = await runLogged(process.execPath, args, { cwd, env, log, timeoutMin: options.timeoutMin });
+  return readReport(project, { report, log, ...ran, timeoutMin: options.timeoutMin });
 }
 
 /** A project without a vitest suite (the pack test): its Nx test target counts as one test. */
-function runNxTarget(project, runDir, options) {
+async function runNxTarget(project, runDir, options) {
   const log = join(runDir, `${project.root.replace(/\//g, "-")}.log`);
   const env = { ...process.env, FORCE_COLOR: "0", NO_COLOR: "1", NX_DAEMON: "false", NX_NO_CLOUD: "true", NX_TUI: "false" };
   if (options.ci) env.CI = "true";
-  const started = Date.now();
-  return new Promise((resolve) => {
-    const child = spawn("pnpm", ["exec", "nx", "run", `${project.name}:test`, "--outputStyle=static"], { cwd: ROOT, env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
-    const chunks = [];
-    child.stdout.on("data", (c) => chunks.push(c));
-    child.stderr.on("data", (c) => chunks.push(c));
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      try {
-        process.kill(-child.pid, "SIGKILL");
-      } catch {
-        // gone
-      }
-    }, options.timeoutMin * 60_000);
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      const text = Buffer.concat(chunks).toString();
-      writeFileSync(log, text);
-      const outcome = { project: project.root, passed: 0, failed: 0, skipped: 0, failures: [], seconds: (Date.now() - started) / 1000, code };
-      if (code === 0 && !timedOut) outcome.passed = 1;
-      else {
-        outcome.failed = 1;
-        const why = timedOut ? `timed out after ${options.timeoutMin} min` : `exit ${code}`;
-        outcome.failures.push({ key: `${project.root} › nx run ${project.name}:test`, message: `${why}; ${lastLines(text)}; see ${log}` });
-      }
-      resolve(outcome);
-    });
-  });
+  const { code, timedOut, text, seconds } = await runLogged("pnpm", ["exec", "nx", "run", `${project.name}:test`, "--outputStyle=static"], { cwd: ROOT, env, log, timeoutMin: options.timeoutMin });
+  const outcome = { project: project.root, passed: 0, failed: 0, skipped: 0, failures: [], seconds, code };
+  if (code === 0 && !timedOut) outcome.passed = 1;
+  else {
+    outcome.failed = 1;
+    const why = timedOut ? `timed out after ${options.timeoutMin} min` : `exit ${code}`;
+    outcome.failures.push({ key: `${project.root} › nx run ${project.name}:test`, message: `${why}; ${lastLines(text)}; see ${log}` });
+  }
+  return outcome;
 }
 
 /** Turns one vitest JSON report (or its absence) into counts and a list of failure keys. */
@@ -325,7 +314,7 @@ try {
   load.stop();
 }
 
-console.log(`\nsoak: ${((Date.now() - soakStarted) / 60_000).toFixed(1)} min under load; reports and logs in ${workDir}`);
+console.log(`\nsoak: ${((Date.now() - soakStarted) / 60_000).toFixed(1)} min${options.load === "none" ? "" : " under load"}; reports and logs in ${workDir}`);
 if (failures.size === 0) console.log("soak: no test failed in any run");
 else {
   console.log("soak: tests that failed at least once (count/runs, which runs, first message):");

@@ -3,7 +3,7 @@ import { execFileSync, type ChildProcess } from "node:child_process";
 import { mkdtemp, rm, mkdir, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { finish, spawnProctor } from "./test-support";
+import { finish, helloSubmission, spawnProctor } from "./test-support";
 
 const ALICE = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY";
 const cli = spawnProctor;
@@ -15,22 +15,7 @@ let archive: string;
 
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "proctor-serve-"));
-  const repo = join(work, "repo");
-  await mkdir(repo);
-  const git = (...a: string[]) => execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@t", ...a], { cwd: repo }).toString().trim();
-  git("init", "-q");
-  await writeFile(join(repo, "f.txt"), "v1\n");
-  git("add", ".");
-  git("commit", "-qm", "init");
-  const sub = join(work, "sub");
-  await mkdir(join(sub, "tasks", "hello", "tests"), { recursive: true });
-  await mkdir(join(sub, "agent_code"));
-  await writeFile(join(sub, "tasks", "hello", "workspace.yaml"), `repo: ${repo}\nbase_commit: ${git("rev-parse", "HEAD")}\n`);
-  await writeFile(join(sub, "tasks", "hello", "prompt.md"), "Write hello to out.txt\n");
-  await writeFile(join(sub, "tasks", "hello", "tests", "check.sh"), "grep -q hello out.txt\n");
-  await writeFile(join(sub, "agent_code", "run.sh"), '#!/bin/bash\necho hello > "$REPO_DIR/out.txt"\n');
-  archive = join(work, "sub.tar.gz");
-  execFileSync("tar", ["-czf", archive, "-C", sub, "."]);
+  archive = await helloSubmission(work);
 
   server = cli(["serve", "--port", "0", "--data-dir", join(work, "data"), "--runtime", "local", "--unsafe-local-runtime", "--no-isolate-verifier", "--allow-local-repos"], { PROCTOR_HOTKEYS: ALICE });
   url = await new Promise<string>((done, fail) => {

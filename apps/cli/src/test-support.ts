@@ -1,4 +1,5 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { mkdir, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 
 /** Repository root, for examples/ and the CLI entry. */
@@ -33,4 +34,28 @@ export function finish(child: ChildProcess, onStderr?: (text: string) => void): 
 export function proctor(args: string[], options: { env?: Record<string, string>; onStderr?: (text: string, child: ChildProcess) => void } = {}): Promise<Finished> {
   const child = spawnProctor(args, options.env);
   return finish(child, options.onStderr && ((text) => options.onStderr?.(text, child)));
+}
+
+/**
+ * A term-executor submission archive in `work`: one task "hello" on a local git repo (the agent
+ * writes hello to out.txt; its check greps for it). Returns the .tar.gz path.
+ */
+export async function helloSubmission(work: string): Promise<string> {
+  const repo = join(work, "repo");
+  await mkdir(repo);
+  const git = (...a: string[]) => execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@t", ...a], { cwd: repo }).toString().trim();
+  git("init", "-q");
+  await writeFile(join(repo, "f.txt"), "v1\n");
+  git("add", ".");
+  git("commit", "-qm", "init");
+  const sub = join(work, "sub");
+  await mkdir(join(sub, "tasks", "hello", "tests"), { recursive: true });
+  await mkdir(join(sub, "agent_code"));
+  await writeFile(join(sub, "tasks", "hello", "workspace.yaml"), `repo: ${repo}\nbase_commit: ${git("rev-parse", "HEAD")}\n`);
+  await writeFile(join(sub, "tasks", "hello", "prompt.md"), "Write hello to out.txt\n");
+  await writeFile(join(sub, "tasks", "hello", "tests", "check.sh"), "grep -q hello out.txt\n");
+  await writeFile(join(sub, "agent_code", "run.sh"), '#!/bin/bash\necho hello > "$REPO_DIR/out.txt"\n');
+  const archive = join(work, "sub.tar.gz");
+  execFileSync("tar", ["-czf", archive, "-C", sub, "."]);
+  return archive;
 }

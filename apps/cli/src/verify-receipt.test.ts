@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Keypair } from "@proctor/auth";
 import { requestJson } from "@proctor/server";
-import { finish, proctor, spawnProctor } from "./test-support";
+import { finish, helloSubmission, proctor, spawnProctor } from "./test-support";
 
 const ALICE = Keypair.fromUri("//Alice");
 const BOB = Keypair.fromUri("//Bob");
@@ -27,22 +27,7 @@ let receiptFile: string;
 
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "proctor-receipt-cli-"));
-  const repo = join(work, "repo");
-  await mkdir(repo);
-  const git = (...a: string[]) => execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@t", ...a], { cwd: repo }).toString().trim();
-  git("init", "-q");
-  await writeFile(join(repo, "f.txt"), "v1\n");
-  git("add", ".");
-  git("commit", "-qm", "init");
-  const sub = join(work, "sub");
-  await mkdir(join(sub, "tasks", "hello", "tests"), { recursive: true });
-  await mkdir(join(sub, "agent_code"));
-  await writeFile(join(sub, "tasks", "hello", "workspace.yaml"), `repo: ${repo}\nbase_commit: ${git("rev-parse", "HEAD")}\n`);
-  await writeFile(join(sub, "tasks", "hello", "prompt.md"), "Write hello to out.txt\n");
-  await writeFile(join(sub, "tasks", "hello", "tests", "check.sh"), "grep -q hello out.txt\n");
-  await writeFile(join(sub, "agent_code", "run.sh"), '#!/bin/bash\necho hello > "$REPO_DIR/out.txt"\n');
-  const archive = join(work, "sub.tar.gz");
-  execFileSync("tar", ["-czf", archive, "-C", sub, "."]);
+  const archive = await helloSubmission(work);
   const keyFile = join(work, "receipt.key");
   await writeFile(keyFile, `${SEED}\n`);
   await chmod(keyFile, 0o600);
