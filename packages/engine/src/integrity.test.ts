@@ -1,10 +1,13 @@
+import { createHash } from "node:crypto";
 import type { FileChange } from "@proctor/sandbox";
 import { describe, expect, it } from "vitest";
-import { findTampering, type TamperProbe } from "./integrity";
+import { findTampering, startUpFiles, type TamperProbe } from "./integrity";
 
+const sha = (text: string) => createHash("sha256").update(text).digest("hex");
 const probe = (existing: string[] = [], files: Record<string, string> = {}): TamperProbe => ({
   exists: async (paths) => new Set(paths.filter((p) => existing.includes(p))),
   readText: async (path) => files[path] ?? null,
+  sha256: async (paths) => new Map(paths.flatMap((p) => (files[p] === undefined ? [] : [[p, sha(files[p])] as const]))),
 });
 const added = (path: string): FileChange => ({ path, kind: "added" });
 const modified = (path: string): FileChange => ({ path, kind: "modified" });
@@ -91,5 +94,33 @@ describe("findTampering", () => {
   it("paths the task allows, and Proctor's own, are never flagged", async () => {
     const changes = withParents([added("/etc/ld.so.conf.d/app.conf"), added("/.proctor"), added("/usr/sbin/docker-init"), added("/logs/agent/x"), added("/etc/ld.so.conf.d/other.conf")]);
     expect((await findTampering(changes, ["/etc/ld.so.conf.d/app.conf"], probe())).tampered).toEqual(["/etc/ld.so.conf.d/other.conf"]);
+  });
+
+  describe("start-up files the workspace brought (baseline taken before the agent)", () => {
+    const repo = { "/testbed/conftest.py": "import pytest\n", "/testbed/pkg/conftest.py": "X = 1\n", "/setup.cfg": "[tool:pytest]\n" };
+    const uploaded = withParents([added("/testbed/conftest.py"), added("/testbed/pkg/conftest.py"), added("/setup.cfg"), added("/testbed/pkg/mod.py")]);
+    const baseline = new Map(Object.entries(repo).map(([path, text]) => [path, sha(text)] as const));
+
+    it("the baseline holds the start-up files among the changes, leaves only", () => {
+      expect(startUpFiles([...uploaded, deleted("/testbed/old/conftest.py"), added("/tests/conftest.py")])).toEqual(["/setup.cfg", "/testbed/conftest.py", "/testbed/pkg/conftest.py"]);
+    });
+
+    it("unchanged baseline files are not tampering", async () => {
+      expect((await findTampering(uploaded, [], probe([], repo), baseline)).tampered).toEqual([]);
+    });
+
+    it("a baseline file whose content changed tampers, and so does one deleted", async () => {
+      const files: Record<string, string> = { ...repo, "/testbed/conftest.py": "def pytest_runtest_makereport(): ...\n" };
+      delete files["/testbed/pkg/conftest.py"];
+      // Added by the upload, then deleted by the agent: no longer in the diff at all.
+      const changes = uploaded.filter((c) => c.path !== "/testbed/pkg/conftest.py");
+      expect((await findTampering(changes, [], probe([], files), baseline)).tampered).toEqual(["/testbed/conftest.py", "/testbed/pkg/conftest.py"]);
+    });
+
+    it("a new conftest.py beside the baseline ones tampers", async () => {
+      const changes = withParents([...uploaded, added("/testbed/tests/conftest.py")]);
+      const files = { ...repo, "/testbed/tests/conftest.py": "import pytest\n" };
+      expect((await findTampering(changes, [], probe([], files), baseline)).tampered).toEqual(["/testbed/tests/conftest.py"]);
+    });
   });
 });

@@ -81,13 +81,34 @@ export interface TamperProbe {
   exists(paths: string[]): Promise<Set<string>>;
   /** A small file's text, or null when it is absent. */
   readText(path: string): Promise<string | null>;
+  /** The sha256 (hex) of each path that is a readable file (links followed); others are left out. */
+  sha256(paths: string[]): Promise<Map<string, string>>;
+}
+
+/**
+ * Start-up files among `changes` (leaves only, not Proctor's own paths): what a workspace brought
+ * into the sandbox before the agent (a repo's conftest.py, setup.cfg), to be kept as its baseline.
+ */
+export function startUpFiles(changes: readonly FileChange[]): string[] {
+  const parents = new Set(changes.map((change) => posix.dirname(change.path)));
+  return changes
+    .filter(({ path, kind }) => kind !== "deleted" && !(kind === "modified" && parents.has(path)) && !OWN_PATHS(path) && START_UP_FILES(path))
+    .map((change) => change.path)
+    .sort();
 }
 
 /**
  * The paths among `changes` (from the runtime, relative to the image) that rewire the verifier,
- * sorted. `allowed` are the task's globs of paths its agent may change.
+ * sorted. `allowed` are the task's globs of paths its agent may change. `baseline` holds the
+ * start-up files (path → sha256) the sandbox had before the agent started (a repo's conftest.py):
+ * each must still have the same content; a start-up file not in it is judged against the image.
  */
-export async function findTampering(changes: readonly FileChange[], allowed: readonly string[], probe: TamperProbe): Promise<Tampering> {
+export async function findTampering(
+  changes: readonly FileChange[],
+  allowed: readonly string[],
+  probe: TamperProbe,
+  baseline: ReadonlyMap<string, string> = new Map(),
+): Promise<Tampering> {
   const isAllowed = allowed.length > 0 ? picomatch([...allowed], { dot: true }) : () => false;
   // Directories show up as "modified" whenever something inside them changed: keep the leaves.
   const parents = new Set<string>();
@@ -112,8 +133,9 @@ export async function findTampering(changes: readonly FileChange[], allowed: rea
       continue;
     }
     if (START_UP_FILES(path)) {
-      // conftest.py files that came with the image (a repo's) may change only by being listed as allowed.
-      found.add(path);
+      // Baseline files are compared by content below; others (a repo's conftest.py that came with
+      // the image included) may change only by being listed as allowed.
+      if (!baseline.has(path)) found.add(path);
       continue;
     }
     if (BIN_DIRS.includes(dir) && INTERPRETERS.test(base)) {
@@ -138,6 +160,13 @@ export async function findTampering(changes: readonly FileChange[], allowed: rea
       const index = BIN_DIRS.indexOf(posix.dirname(path));
       if (BIN_DIRS.slice(index + 1).some((dir) => present.has(posix.join(dir, posix.basename(path))))) found.add(path);
     }
+  }
+  // Every baseline file is checked, changed or not: one the workspace added and the agent then
+  // deleted is no longer in `changes` at all.
+  const kept = [...baseline.keys()].filter((path) => !OWN_PATHS(path) && !isAllowed(path));
+  if (kept.length > 0) {
+    const now = await probe.sha256(kept);
+    for (const path of kept) if (now.get(path) !== baseline.get(path)) found.add(path);
   }
   for (const path of entryPoints) {
     const text = await probe.readText(path);

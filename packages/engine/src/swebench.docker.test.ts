@@ -15,15 +15,20 @@ const haveDocker = await dockerTestGate();
 const git = (cwd: string, ...args: string[]) =>
   execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main", ...args], { cwd, encoding: "utf8" });
 
-/** A small pure-Python project with three bugs and a pytest suite. */
+/**
+ * A small pure-Python project with three bugs and a pytest suite; like most real projects it ships
+ * a conftest.py (a fixture the tests use) and a pytest config, which the agent must not change.
+ */
 const PROJECT: Record<string, string> = {
+  "conftest.py": "import pytest\n\n\n@pytest.fixture\ndef width():\n    return 5\n",
+  "setup.cfg": "[metadata]\nname = calc\n\n[tool:pytest]\nmarkers =\n    slow: slow tests\n",
   "calc/__init__.py": "from .ops import add, mul, neg\nfrom .fmt import shout\n",
   "calc/ops.py": "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a + b  # bug\n\n\ndef neg(a):\n    return a  # bug\n",
   "calc/fmt.py": "def shout(text):\n    return text + '!'  # bug: not upper-cased\n\n\ndef pad(text, n):\n    return text.ljust(n)\n",
   "tests/__init__.py": "",
   "tests/test_ops.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
   "tests/test_fmt.py":
-    "import pytest\nfrom calc.fmt import pad\n\n\n@pytest.mark.parametrize('text', ['a b', 'x'])\ndef test_pad(text):\n    assert len(pad(text, 5)) == 5\n",
+    "import pytest\nfrom calc.fmt import pad\n\n\n@pytest.mark.parametrize('text', ['a b', 'x'])\ndef test_pad(text, width):\n    assert len(pad(text, width)) == 5\n",
 };
 
 interface Fixture {
@@ -202,5 +207,23 @@ describe.skipIf(!haveDocker)("SWE-bench instances on Docker (real git mirror, re
     expect((await readFile(join(logs, "git.txt"), "utf8")).trim().split("\n")).toEqual(["1", "has-head"]);
     expect(await readFile(join(logs, "net.txt"), "utf8")).toContain("no-network");
     expect(fixture.base2).not.toBe(fixture.base1);
+  }, 300_000);
+
+  test("an agent that rewrites the repo's own conftest.py to pass every test is tampering", async () => {
+    const cheat = await writeAgent(
+      root.path,
+      "conftest-cheater",
+      [
+        "cd /testbed",
+        // A hook that turns every test report into a pass, appended to the conftest.py the repo ships.
+        "printf '\\n\\n@pytest.hookimpl(hookwrapper=True)\\ndef pytest_runtest_makereport(item, call):\\n    outcome = yield\\n    outcome.get_result().outcome = \"passed\"\\n' >> conftest.py",
+        "cp conftest.py /logs/agent/conftest.py",
+      ].join("\n"),
+    );
+    const { results, runDir } = await run("conftest", { kind: "code", dir: cheat });
+    for (const id of ["calc-1", "calc-2", "calc-3", "calc-4"]) {
+      expect(results[id], id).toMatchObject({ status: "error", reward: 0, error: { kind: "agent", message: "tampered: /testbed/conftest.py" } });
+    }
+    expect(await readFile(join(runDir, "trials", "calc-1__1", "logs", "agent", "conftest.py"), "utf8")).toContain("pytest_runtest_makereport");
   }, 300_000);
 });

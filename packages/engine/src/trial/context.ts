@@ -53,6 +53,8 @@ export interface AttemptState {
   integrity: Integrity | null;
   /** SWE-bench-style tasks: the per-test grading. */
   grading?: NonNullable<TrialResult["grading"]>;
+  /** Start-up files (path → sha256) the workspace brought before the agent; see findTampering. */
+  startUpBaseline?: ReadonlyMap<string, string>;
 }
 
 /** Per-phase budgets in ms, already scaled by the timeout multiplier. */

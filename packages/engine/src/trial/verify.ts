@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { parseReward } from "@proctor/reward";
 import { CappedFile, RuntimeUnavailableError, SANDBOX_PATHS, SandboxLostError, SandboxStoppedError, type SandboxProcess, type ExecOptions, type ExecResult, type Sandbox } from "@proctor/sandbox";
 import type { Integrity } from "@proctor/schema";
-import { findTampering, type Tampering } from "../integrity";
+import { findTampering, startUpFiles, type Tampering } from "../integrity";
 import { runChecks } from "./checks";
 import { CHECK_OUTPUT_BYTES, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, effectiveLimits, isolates, message, tail, throwIfAborted, type SandboxAttempt } from "./context";
 
@@ -104,7 +104,7 @@ export async function guardVerifier(attempt: SandboxAttempt): Promise<boolean> {
   // exec (or its runc:[2:INIT]) as a survivor of the agent.
   const oomKills = await oom;
   const listing = !strict && caps.processes && sandbox.processes ? sandbox.processes() : null;
-  const diffing = caps.changes && sandbox.changes ? tamperedPaths(sandbox, task.verifier.allowChanges) : null;
+  const diffing = caps.changes && sandbox.changes ? tamperedPaths(sandbox, task.verifier.allowChanges, state.startUpBaseline) : null;
   const [survivors, found] = await Promise.all([listing, diffing]);
   if (oomKills > 0) {
     const limit = effectiveLimits(task, attempt.env.limits).memoryMb;
@@ -141,16 +141,53 @@ export async function guardVerifier(attempt: SandboxAttempt): Promise<boolean> {
   return true;
 }
 
-async function tamperedPaths(sandbox: Sandbox, allowed: readonly string[]): Promise<Tampering> {
+async function tamperedPaths(sandbox: Sandbox, allowed: readonly string[], baseline?: ReadonlyMap<string, string>): Promise<Tampering> {
   const changes = await (sandbox.changes as () => ReturnType<NonNullable<Sandbox["changes"]>>).call(sandbox);
-  return findTampering(changes, allowed, {
-    exists: async (paths) => {
-      if (paths.length === 0) return new Set();
-      const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do [ -e "$p" ] && echo "$p"; done; exit 0', paths), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
-      return new Set(result.stdout.split("\n").filter(Boolean));
+  return findTampering(
+    changes,
+    allowed,
+    {
+      exists: async (paths) => {
+        if (paths.length === 0) return new Set();
+        const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do [ -e "$p" ] && echo "$p"; done; exit 0', paths), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
+        return new Set(result.stdout.split("\n").filter(Boolean));
+      },
+      readText: async (path) => (await sandbox.readFile(path, { maxBytes: REWARD_MAX_BYTES }).catch(() => null))?.toString("utf8") ?? null,
+      sha256: (paths) => sha256Files(sandbox, paths),
     },
-    readText: async (path) => (await sandbox.readFile(path, { maxBytes: REWARD_MAX_BYTES }).catch(() => null))?.toString("utf8") ?? null,
+    baseline,
+  );
+}
+
+/**
+ * One line per path, in order: its sha256 as the trusted busybox reads it (links followed), or
+ * "-" when it is not a readable file. No file names in the output, so none can forge a line.
+ */
+const SHA256_SCRIPT = `for p in "$@"; do
+  if [ -f "$p" ] && h=$(sha256sum < "$p"); then echo "\${h%% *}"; else echo -; fi
+done`;
+
+async function sha256Files(sandbox: Sandbox, paths: string[]): Promise<Map<string, string>> {
+  const hashes = new Map<string, string>();
+  if (paths.length === 0) return hashes;
+  const result = await sandbox.exec(trusted(sandbox, SHA256_SCRIPT, paths), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
+  const lines = result.stdout.split("\n");
+  if (result.exitCode !== 0 || lines.length !== paths.length + 1) throw new Error(`hashing start-up files failed (exit ${result.exitCode}): ${tail(result.stderr, 3)}`);
+  paths.forEach((path, i) => {
+    const hash = lines[i] ?? "-";
+    if (/^[0-9a-f]{64}$/.test(hash)) hashes.set(path, hash);
   });
+  return hashes;
+}
+
+/**
+ * The start-up files (a repo's conftest.py, its pytest config) the sandbox holds beyond its image
+ * before the agent starts, with their sha256: the verifier then accepts them as long as they keep
+ * that content. Null when the runtime cannot list the sandbox's changes.
+ */
+export async function startUpBaseline(sandbox: Sandbox): Promise<Map<string, string> | null> {
+  if (!sandbox.capabilities.changes || !sandbox.changes) return null;
+  return sha256Files(sandbox, startUpFiles(await sandbox.changes()));
 }
 
 /**

@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import { CappedFile } from "@proctor/sandbox";
 import { repoUrl } from "../workspace";
+import { startUpBaseline } from "./verify";
 import { CHECK_OUTPUT_BYTES, CHECKOUT_MS, VERIFIER_LOG_BYTES, tail, throwIfAborted, type SandboxAttempt } from "./context";
 
 /**
@@ -16,6 +17,9 @@ export async function setUpWorkspace(attempt: SandboxAttempt): Promise<void> {
     async () => {
       const url = repoUrl(ws.repo, task.sourcePath);
       await env.repoCache.withCheckout(url, ws.baseCommit, (dir) => sandbox.upload(dir, sandbox.workdir), { timeoutMs: CHECKOUT_MS, signal });
+      // The repo's own conftest.py and pytest configs, as uploaded: not tampering while unchanged.
+      const baseline = await startUpBaseline(sandbox);
+      if (baseline) state.startUpBaseline = baseline;
       if (ws.install.length === 0) return null;
       const log = await CappedFile.open(join(trialDir, "setup", "install.log"), VERIFIER_LOG_BYTES);
       try {
