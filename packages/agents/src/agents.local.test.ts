@@ -7,6 +7,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, test } fr
 import { execLogged } from "./capture";
 import { createAgent } from "./create";
 import { AgentSetupError, MissingSolutionError } from "./errors";
+import { testContext, testTask } from "./test-support";
 import type { AgentContext } from "./types";
 
 let root: string;
@@ -14,25 +15,10 @@ let runtime: LocalRuntime;
 let sandbox: Sandbox;
 let logDir: string;
 
-const task = (overrides: Partial<TaskSpec> = {}): TaskSpec => ({
-  id: "t",
-  format: "native",
-  sourcePath: root,
-  instruction: "Say \"hello\" & mean it.\nSecond line.",
-  category: null,
-  difficulty: null,
-  tags: [],
-  environment: { dockerImage: null, buildContext: null, buildTimeoutSec: 600, cpus: null, memoryMb: null, storageMb: null, gpus: 0, allowInternet: false, workdir: null, env: {} },
-  agent: { timeoutSec: 30 },
-  verifier: { mode: "reward-file", testsDir: null, command: "true", timeoutSec: 30, env: {}, isolateProcesses: false, allowChanges: [] },
-  solution: null,
-  workspace: null,
-  extra: {},
-  ...overrides,
-});
+const task = (overrides: Partial<TaskSpec> = {}): TaskSpec => testTask({ sourcePath: root, instruction: "Say \"hello\" & mean it.\nSecond line.", ...overrides });
 
 function context(t: TaskSpec, timeoutMs = 30_000): AgentContext {
-  return { sandbox, task: t, timeoutMs, deadlineMs: Date.now() + timeoutMs, signal: new AbortController().signal, logDir };
+  return testContext(sandbox, t, logDir, timeoutMs);
 }
 
 async function agentDir(files: Record<string, string>): Promise<string> {

@@ -3,12 +3,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startScriptedModelServer, type ChatModel, type ScriptedServer, type ScriptedServerOptions } from "@proctor/llm";
 import { LocalRuntime, type Sandbox } from "@proctor/sandbox";
-import type { TaskSpec } from "@proctor/schema";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, test } from "vitest";
 import { createAgent } from "./create";
 import { RunFatalAgentError } from "./errors";
 import { llmAgent } from "./llm";
 import { HeadTail, parseToolCall } from "./llm-tools";
+import { testContext, testTask } from "./test-support";
 import type { AgentContext } from "./types";
 
 const KEY = "sk-proctor-test-7d1e0b5a9c";
@@ -20,24 +20,10 @@ let sandbox: Sandbox;
 let logDir: string;
 let server: ScriptedServer | null = null;
 
-const task: TaskSpec = {
-  id: "t",
-  format: "native",
-  sourcePath: "/nonexistent",
-  instruction: "Create answer.txt holding 42.",
-  category: null,
-  difficulty: null,
-  tags: [],
-  environment: { dockerImage: null, buildContext: null, buildTimeoutSec: 600, cpus: null, memoryMb: null, storageMb: null, gpus: 0, allowInternet: false, workdir: null, env: {} },
-  agent: { timeoutSec: 30 },
-  verifier: { mode: "reward-file", testsDir: null, command: "true", timeoutSec: 30, env: {}, isolateProcesses: false, allowChanges: [] },
-  solution: null,
-  workspace: null,
-  extra: {},
-};
+const task = testTask();
 
 function context(timeoutMs = 30_000): AgentContext {
-  return { sandbox, task, timeoutMs, deadlineMs: Date.now() + timeoutMs, signal: new AbortController().signal, logDir };
+  return testContext(sandbox, task, logDir, timeoutMs);
 }
 
 async function serve(options: Omit<ScriptedServerOptions, "apiKey">, key = KEY) {
