@@ -1,17 +1,19 @@
 import type { SandboxProcess } from "@proctor/sandbox";
 
 /**
- * Run by the trusted busybox as root. First a fast pass with shell builtins only (no fork per
- * process, so processes that re-fork to a new pid every few ms are caught): `T <raw /proc/pid/stat>`
- * for every process. Then details for the ones still alive: `P <pid> <command line>`, the socket
+ * Run by the trusted busybox as root. First three fast passes with shell builtins only (no fork
+ * per process): `T <raw /proc/pid/stat>` for every process. A process that re-forks to a new pid
+ * every few ms can hop between one pass's glob and its reads; it cannot do so in every pass. Then details for the ones still alive: `P <pid> <command line>`, the socket
  * inodes each holds as `S <pid> <inode>`, and listening TCP sockets as `L <hex port> <inode>`.
  * This script and its children are left out by the caller (ppid or pid = `SELF <pid>`).
  */
 export const LIST_PROCESSES_SCRIPT = `
 self=$$
 echo "SELF $self"
-for d in /proc/[0-9]*; do
-  read -r line < "$d/stat" 2>/dev/null && echo "T $line"
+for pass in 1 2 3; do
+  for d in /proc/[0-9]*; do
+    read -r line < "$d/stat" 2>/dev/null && echo "T $line"
+  done
 done
 for d in /proc/[0-9]*; do
   p=\${d#/proc/}
