@@ -85,8 +85,8 @@ describe.skipIf(!haveDocker)("engine on Docker", () => {
     const [escaped] = await readResultsFile(escape.runDir);
     expect(escaped).toMatchObject({ status: "passed", agent: { timedOut: true }, integrity: { isolation: "shared", flagged: true } });
     expect(escaped?.integrity?.survivors.length).toBeGreaterThan(0);
-    // Strict isolation ends it as soon as the agent's time is up: its late work (at 6 s, well
-    // before this verifier looks at 12 s) never happens.
+    // Strict isolation ends it as soon as the agent's time is up: its late work (6 s after the
+    // agent's end, well within the 12 s this verifier waits) never happens.
     const slowEscaper = await writeAgent(root.path, "slow-escaper", SLOW_ESCAPER);
     const isolated = run("escaper-isolated", { tasks: pick("later-worker"), agent: { kind: "code", dir: slowEscaper }, isolateVerifier: true });
     const shared = run("escaper-shared", { tasks: pick("later-worker"), agent: { kind: "code", dir: slowEscaper }, isolateVerifier: false });

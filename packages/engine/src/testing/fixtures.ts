@@ -13,6 +13,11 @@ export const EXAMPLES_DIR = join(dirname(new URL(import.meta.url).pathname), "..
 const W = '"${PROCTOR_WORKDIR:-/app}"';
 const V = '"${PROCTOR_LOGS_DIR:-/logs}/verifier"';
 
+/** A verifier that polls for `done` in the workdir (every 0.2 s, `polls` times): reward 1 once it appears, else 0. */
+function waitForDone(polls: number): string {
+  return `i=0; while [ ! -f ${W}/done ] && [ $i -lt ${polls} ]; do sleep 0.2; i=$((i + 1)); done; mkdir -p ${V}; if [ -f ${W}/done ]; then echo 1 > ${V}/reward.txt; else echo 0 > ${V}/reward.txt; fi`;
+}
+
 export async function tempDir(prefix: string): Promise<{ path: string; cleanup: () => Promise<void> }> {
   const path = await mkdtemp(join(tmpdir(), prefix));
   return { path, cleanup: () => rm(path, { recursive: true, force: true }) };
@@ -64,18 +69,20 @@ export const ADVERSARIAL_TASKS: Record<string, FixtureTask> = {
     test: `echo "this verifier forgot to write a reward"`,
     solve: "true",
   },
-  // The agent has 1 s; the verifier waits 4 s and then looks for work done late.
+  // The verifier waits up to 5 s for a file named done: work an agent's leftover job does once
+  // the agent is gone is seen. The agent has 4 s, so it gets to start that job even when agent
+  // setup is slow (a loaded machine); the job waits for the agent's death, not a clock.
   "late-worker": {
-    toml: "[agent]\ntimeout_sec = 1\n[verifier]\ntimeout_sec = 30\n",
+    toml: "[agent]\ntimeout_sec = 4\n[verifier]\ntimeout_sec = 60\n",
     instruction: "Create a file named done in the working directory.",
-    test: `sleep 4; mkdir -p ${V}; if [ -f ${W}/done ]; then echo 1 > ${V}/reward.txt; else echo 0 > ${V}/reward.txt; fi`,
+    test: waitForDone(25),
     solve: `touch ${W}/done`,
   },
-  // Like late-worker, but the verifier looks only after 12 s: late work at 6 s would be seen.
+  // Like late-worker, but the verifier waits up to 12 s: late work 6 s after the agent's end is seen.
   "later-worker": {
-    toml: "[agent]\ntimeout_sec = 1\n[verifier]\ntimeout_sec = 60\n",
+    toml: "[agent]\ntimeout_sec = 4\n[verifier]\ntimeout_sec = 60\n",
     instruction: "Create a file named done in the working directory.",
-    test: `sleep 12; mkdir -p ${V}; if [ -f ${W}/done ]; then echo 1 > ${V}/reward.txt; else echo 0 > ${V}/reward.txt; fi`,
+    test: waitForDone(60),
     solve: `touch ${W}/done`,
   },
   // Passes when the agent copied the instruction to instruction-echo.txt (the echo agent does).
@@ -99,19 +106,24 @@ echo '{"reward": 1}' > "$V/reward.json"
 printf '#!/bin/sh\\necho 1 > "%s/reward.txt"\\n' "$V" > "$T/test.sh"
 echo cheated`;
 
+/** Waits until process $1 (the agent's shell) is gone, sleeps `delay` s, then finishes the late-worker task in workdir $2. */
+function lateJob(delay: number): string {
+  return `'while kill -0 "$1" 2>/dev/null; do sleep 0.1; done; sleep ${delay}; touch "$2/done"; sleep 60' late "$$" "$PROCTOR_WORKDIR"`;
+}
+
 /** Leaves a background job that would finish the late-worker task after the agent's timeout. */
-export const LINGERER = `(sleep 3; touch "$PROCTOR_WORKDIR/done") &
+export const LINGERER = `/bin/sh -c ${lateJob(0)} &
 sleep 30`;
 
 /**
  * Same, but the job leaves the agent's session and drops its environment, so neither a
  * process-group kill nor an env-marker sweep finds it: only a sandbox-wide kill stops it.
  */
-export const ESCAPER = `setsid env -i /bin/sh -c "sleep 3; touch '$PROCTOR_WORKDIR/done'; sleep 60" > /dev/null 2>&1 &
+export const ESCAPER = `setsid env -i /bin/sh -c ${lateJob(0)} > /dev/null 2>&1 &
 sleep 30`;
 
-/** Like ESCAPER, but its late work comes after 6 s: strict isolation must have ended it by then. */
-export const SLOW_ESCAPER = `setsid env -i /bin/sh -c "sleep 6; touch '$PROCTOR_WORKDIR/done'; sleep 60" > /dev/null 2>&1 &
+/** Like ESCAPER, but its late work comes 6 s after the agent's end: strict isolation must have ended it by then. */
+export const SLOW_ESCAPER = `setsid env -i /bin/sh -c ${lateJob(6)} > /dev/null 2>&1 &
 sleep 30`;
 
 export async function readResultsFile(runDir: string): Promise<TrialResult[]> {
