@@ -6,6 +6,9 @@ export type { RunReport, ComparisonReport, Problem, CategoryRow } from "./model"
 export { competitionReport } from "./competition";
 export type { CompetitionRow, CompetitionTotals } from "./competition";
 export { renderText, renderMarkdown, formatDuration, percent } from "./text";
+export { createProgress } from "./progress";
+export type { ProgressReporter, ProgressOptions } from "./progress";
+export { EtaEstimator } from "./eta";
 export { renderHtml, htmlEscape } from "./html";
 export { renderCsv, renderJunit, buildSwebenchReport, xmlEscape } from "./machine";
 export type { SwebenchReport } from "./machine";

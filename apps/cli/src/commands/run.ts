@@ -10,7 +10,7 @@ import { AgentConfigError, patchesAgent, readImageAgent } from "@proctor/agents"
 import { parseContainerConfig, type ContainerConfig } from "@proctor/sandbox-docker";
 import { UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
-import { createProgress } from "../progress";
+import { createProgress } from "@proctor/report";
 import { renderSummary } from "../format";
 import { prepareSources } from "../sources";
 import { openQueuedRun } from "./queue";

@@ -6,7 +6,7 @@ import { startRun } from "@proctor/engine";
 import { loadTasks } from "@proctor/tasks";
 import { UsageError } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
-import { createProgress } from "../progress";
+import { createProgress } from "@proctor/report";
 import { prepareSources } from "../sources";
 
 export interface ValidateOptions {

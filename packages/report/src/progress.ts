@@ -2,9 +2,9 @@ import { existsSync } from "node:fs";
 import { isAbsolute, join, relative } from "node:path";
 import cliProgress from "cli-progress";
 import type { ProctorEvent, TrialResult } from "@proctor/schema";
-import { trialFlags } from "@proctor/report";
+import { trialFlags } from "./model";
 import { EtaEstimator } from "./eta";
-import { formatDuration } from "./format";
+import { formatDuration } from "./text";
 
 export interface ProgressReporter {
   onEvent(event: ProctorEvent): void;
