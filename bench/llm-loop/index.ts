@@ -1,7 +1,8 @@
 /**
  * bench/llm-loop: Proctor's added latency per LLM-agent turn, beside the raw exec latency.
  * N trials x T turns of the llm agent on the local runtime against a scripted model server on
- * 127.0.0.1 that answers at once (every turn: bash `true`). Per turn, added latency = the turn's
+ * 127.0.0.1 that answers at once (every turn: bash `true`), in a child process of its own (a real
+ * endpoint does not share Proctor's event loop). Per turn, added latency = the turn's
  * wall time minus the time of the tool's exec; baseline = `sandbox.exec(["true"])` measured
  * directly on a sandbox of the same runtime. The added latency is split into the model request's
  * round trip (beside a raw HTTP POST of a same-sized body to the same server, fetch with
@@ -10,12 +11,14 @@
  *
  *   node --conditions=@proctor/source --import tsx bench/llm-loop/index.ts [--trials 50] [--turns 20]
  */
+import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { createAgent } from "../../packages/agents/src/index";
-import { startScriptedModelServer } from "../../packages/llm/src/index";
+import { createInterface } from "node:readline";
 import { LocalRuntime } from "../../packages/sandbox/src/index";
 import type { TaskSpec } from "../../packages/schema/src/index";
 import { reportFigure } from "../lib/figures";
@@ -24,15 +27,21 @@ const { values } = parseArgs({ options: { trials: { type: "string", default: "50
 const trials = Number(values.trials);
 const turns = Number(values.turns);
 
+/** ms since the epoch of an ISO timestamp, microseconds included (Date.parse drops them). */
+const preciseMs = (iso: string) => Date.parse(iso) + Number(/\.\d{3}(\d{3})Z$/.exec(iso)?.[1] ?? 0) / 1000;
+
 const percentile = (xs: number[], p: number) => {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? NaN;
 };
 
 const root = await mkdtemp(join(tmpdir(), "proctor-bench-llm-"));
-const server = await startScriptedModelServer({
-  handler: (r) => (r.turn < turns ? { toolCalls: [{ name: "bash", arguments: { command: "true" } }] } : { content: "done" }),
-});
+const child = spawn(process.execPath, [...process.execArgv, join(import.meta.dirname, "model-server.ts"), "--turns", String(turns)], { stdio: ["pipe", "pipe", "inherit"] });
+const [firstLine] = (await Promise.race([
+  once(createInterface({ input: child.stdout }), "line"),
+  once(child, "exit").then(([code]) => Promise.reject(new Error(`bench/llm-loop/model-server.ts exited with ${code} before printing its URL`))),
+])) as [string];
+const server = { baseUrl: firstLine.trim(), close: async () => { child.stdin.end(); await once(child, "exit"); } };
 try {
   const runtime = new LocalRuntime({ rootDir: root });
   const task = {
@@ -84,7 +93,7 @@ try {
     const t = JSON.parse(await readFile(join(logDir, "trajectory.json"), "utf8"));
     const steps = t.steps.filter((s: { source: string }) => s.source === "agent");
     for (let k = 0; k + 1 < steps.length; k++) {
-      const wall = Date.parse(steps[k + 1].timestamp) - Date.parse(steps[k].timestamp);
+      const wall = preciseMs(steps[k + 1].timestamp) - preciseMs(steps[k].timestamp);
       const exec = steps[k].extra.tools?.[0]?.duration_ms ?? 0;
       const requestMs = steps[k].extra.request.duration_ms;
       added.push(wall - exec);

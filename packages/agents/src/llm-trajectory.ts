@@ -25,6 +25,25 @@ export interface TrajectoryStep {
   extra?: Record<string, unknown>;
 }
 
+/** Wall-clock ms minus the monotonic clock; re-anchored when the wall clock moved (NTP). */
+let clockOffset = Date.now() - performance.now();
+
+/**
+ * Now as ISO 8601 with microseconds (ATIF timestamps are ISO strings; six fraction digits parse
+ * everywhere), so the time between two steps can be read below a millisecond. Sub-ms precision
+ * comes from the monotonic clock, kept within 2 ms of the wall clock.
+ */
+export function isoNow(): string {
+  let ms = performance.now() + clockOffset;
+  if (Math.abs(Date.now() - ms) > 2) {
+    clockOffset = Date.now() - performance.now();
+    ms = performance.now() + clockOffset;
+  }
+  const micros = Math.floor(ms * 1000);
+  const iso = new Date(Math.floor(micros / 1000)).toISOString();
+  return `${iso.slice(0, -1)}${String(micros % 1000).padStart(3, "0")}Z`;
+}
+
 /** Why the loop ended. */
 export type StopReason = "no_tool_calls" | "submit" | "max_turns" | "deadline" | "context_length" | "aborted" | "model_error" | "fatal";
 
@@ -49,7 +68,7 @@ export class Trajectory {
   ) {}
 
   add(step: Omit<TrajectoryStep, "step_id" | "timestamp"> & { timestamp?: string }): TrajectoryStep {
-    const full: TrajectoryStep = { step_id: this.steps.length + 1, timestamp: step.timestamp ?? new Date().toISOString(), ...step };
+    const full: TrajectoryStep = { step_id: this.steps.length + 1, timestamp: step.timestamp ?? isoNow(), ...step };
     this.steps.push(full);
     return full;
   }

@@ -8,6 +8,7 @@ import { createAgent } from "./create";
 import { RunFatalAgentError } from "./errors";
 import { llmAgent } from "./llm";
 import { HeadTail, parseToolCall } from "./llm-tools";
+import { isoNow } from "./llm-trajectory";
 import { testContext, testTask } from "./test-support";
 import type { AgentContext } from "./types";
 
@@ -243,4 +244,16 @@ test("parseToolCall accepts empty arguments for submit; HeadTail keeps everythin
   const big = new HeadTail(10);
   for (const c of "0123456789ABCDEFGHIJ") big.push(Buffer.from(c));
   expect(big.text()).toBe("01234\n[... 10 bytes of output cut here (20 in all); the start and the end are kept ...]\nFGHIJ");
+});
+
+test("trajectory timestamps carry microseconds and read back as the same instant", () => {
+  const before = Date.now();
+  const stamp = isoNow();
+  const after = Date.now();
+  expect(stamp).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/);
+  const ms = Date.parse(stamp);
+  expect(ms).toBeGreaterThanOrEqual(before - 3);
+  expect(ms).toBeLessThanOrEqual(after + 3);
+  // Python's datetime.fromisoformat and JS both read six digits; the first three are the milliseconds.
+  expect(new Date(ms).toISOString().slice(0, 23)).toBe(stamp.slice(0, 23));
 });

@@ -15,7 +15,7 @@ import {
 import type { AgentSpec } from "@proctor/schema";
 import { AgentError, RunFatalAgentError } from "./errors";
 import { DEFAULT_TOOL_OUTPUT_BYTES, LLM_TOOLS, parseToolCall, runTool, type ToolOutcome } from "./llm-tools";
-import { Trajectory, type StopReason, type TrajectoryToolCall } from "./llm-trajectory";
+import { Trajectory, isoNow, type StopReason, type TrajectoryToolCall } from "./llm-trajectory";
 import type { Agent, AgentContext, AgentRunResult } from "./types";
 
 export const DEFAULT_MAX_TURNS = 100;
@@ -98,7 +98,7 @@ export function llmAgent(options: LlmAgentOptions): Agent {
             stop("deadline");
             break;
           }
-          const requestStarted = new Date();
+          const requestStarted = isoNow();
           const messageCount = messages.length;
           let completion: ChatCompletion;
           try {
@@ -133,7 +133,7 @@ export function llmAgent(options: LlmAgentOptions): Agent {
           messages.push(completion.message);
           const calls = completion.message.tool_calls ?? [];
           const step = trajectory.add({
-            timestamp: requestStarted.toISOString(),
+            timestamp: requestStarted,
             source: "agent",
             model_name: model.model,
             message: completion.message.content ?? "",
@@ -165,7 +165,7 @@ export function llmAgent(options: LlmAgentOptions): Agent {
           let submitted = false;
           for (const call of calls) {
             const parsed = parseToolCall(call);
-            const toolStarted = Date.now();
+            const toolStarted = performance.now();
             let outcome: ToolOutcome;
             if (!parsed.ok) outcome = { content: parsed.error };
             else if (deadline.signal.aborted || ctx.signal.aborted) outcome = { content: "error: not run: the agent's time is up" };
@@ -173,7 +173,7 @@ export function llmAgent(options: LlmAgentOptions): Agent {
               if (parsed.name === "submit") submitted = true;
               outcome = await runTool(parsed, { sandbox: ctx.sandbox, signal, deadlineMs: ctx.deadlineMs, maxOutputBytes });
             }
-            const durationMs = Date.now() - toolStarted;
+            const durationMs = Math.round((performance.now() - toolStarted) * 1000) / 1000;
             results.push({ source_call_id: call.id, content: outcome.content });
             toolRecords.push({
               tool_call_id: call.id,
@@ -184,7 +184,7 @@ export function llmAgent(options: LlmAgentOptions): Agent {
               ...(outcome.timedOut ? { timed_out: true } : {}),
               ...(outcome.outputBytes !== undefined ? { output_bytes: outcome.outputBytes, truncated: outcome.truncated ?? false } : {}),
             });
-            log(`[turn ${turn}] ${call.function.name} ${oneLine(call.function.arguments)} -> ${oneLine(outcome.content.split("\n").slice(-1)[0] ?? "")} (${durationMs} ms)`);
+            log(`[turn ${turn}] ${call.function.name} ${oneLine(call.function.arguments)} -> ${oneLine(outcome.content.split("\n").slice(-1)[0] ?? "")} (${Math.round(durationMs)} ms)`);
           }
           const leftSec = Math.max(0, Math.round((ctx.deadlineMs - Date.now()) / 1000));
           const last = results[results.length - 1];
