@@ -24,5 +24,7 @@ export {
   taskCompleteData,
   batchCompleteData,
 } from "./wire";
-export { SlotsClient, Slot, SlotCreated, SlotExecResult, SlotVerifyResult, PoolStats } from "./slots";
+export { SlotsClient, Slot, SlotCreated, SlotExecResult, SlotTestResult, SlotVerifyResult, PoolStats } from "./slots";
 export type { SlotCreateOptions, SlotExecOptions } from "./slots";
+export { WsHub, DEFAULT_WS_OPTIONS, CLOSE_CODES } from "./ws-hub";
+export type { WsFeed, WsHubOptions, WsHubMetrics } from "./ws-hub";

@@ -17,7 +17,25 @@ export const SlotExecResult = z.object({
   truncated: z.boolean(),
 });
 export type SlotExecResult = z.infer<typeof SlotExecResult>;
-export const SlotVerifyResult = z.object({ reward: z.number().nullable(), resolved: z.boolean(), tests: z.unknown() }).passthrough();
+/** One test of a SWE instance's verify: its status (MISSING: not in the log) and which list it is on. */
+export const SlotTestResult = z.object({
+  name: z.string(),
+  status: z.enum(["PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", "MISSING"]),
+  expected: z.enum(["FAIL_TO_PASS", "PASS_TO_PASS"]),
+});
+export type SlotTestResult = z.infer<typeof SlotTestResult>;
+/** POST /v1/slots/:id/verify's answer; `tests` is null for tasks graded by a reward file. */
+export const SlotVerifyResult = z
+  .object({
+    reward: z.number().nullable(),
+    resolved: z.boolean(),
+    tests: z.array(SlotTestResult).nullable(),
+    exit_code: z.number().nullable().optional(),
+    timed_out: z.boolean().optional(),
+    output: z.string().optional(),
+    error: z.string().nullable().optional(),
+  })
+  .passthrough();
 export type SlotVerifyResult = z.infer<typeof SlotVerifyResult>;
 export const PoolStats = z.object({ sandboxes: z.number(), slots_total: z.number(), slots_busy: z.number(), waiting: z.number(), quarantined: z.number() });
 export type PoolStats = z.infer<typeof PoolStats>;
@@ -64,8 +82,67 @@ export class SlotsClient {
     return new Slot(this, created);
   }
 
+  /** A handle on a slot created earlier (e.g. by another process) from its id. */
+  attach(id: string): Slot {
+    return new Slot(this, { slot_id: id, sandbox_id: "", workdir: "", expires_at: "" });
+  }
+
   async pool(): Promise<PoolStats> {
     return PoolStats.parse(await this.call("GET", "/v1/pool"));
+  }
+
+  /** The request itself; a connection failure is a ClientError (status 0) naming the server. */
+  private async send(method: Method, path: string, body: Buffer | undefined, headers: Record<string, string>) {
+    try {
+      return await request(new URL(path, this.server), { method, headers, body });
+    } catch (error) {
+      throw new ClientError(0, "connection", `${method} ${path}: cannot reach ${this.server}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    }
+  }
+
+  /**
+   * POST /v1/slots/:id/exec?stream=1: output goes to the callbacks as the command writes it, then
+   * the result (without the output again). An error line from the server throws ClientError.
+   */
+  async execStream(id: string, command: string | string[], options: SlotExecOptions & { onStdout?: (text: string) => void; onStderr?: (text: string) => void } = {}): Promise<Omit<SlotExecResult, "stdout" | "stderr">> {
+    const { onStdout, onStderr, ...rest } = options;
+    const path = `/v1/slots/${encodeURIComponent(id)}/exec?stream=1`;
+    const body = Buffer.from(JSON.stringify({ command, ...rest }));
+    const headers: Record<string, string> = { ...authHeaders(this.auth, createHash("sha256").update(body).digest("hex")), "content-type": "application/json" };
+    const response = await this.send("POST", path, body, headers);
+    if (response.statusCode >= 400) {
+      const text = Buffer.from(await response.body.arrayBuffer()).toString("utf8");
+      let parsed: { error?: string; message?: string } = {};
+      try {
+        parsed = JSON.parse(text) as typeof parsed;
+      } catch {
+        // not JSON: keep the text
+      }
+      throw new ClientError(response.statusCode, parsed.error ?? "error", `POST ${path}: ${response.statusCode} ${parsed.message ?? text.slice(0, 300)}`);
+    }
+    let pending = "";
+    // A multi-byte character may be split across chunks.
+    const decoder = new TextDecoder();
+    let result: Omit<SlotExecResult, "stdout" | "stderr"> | null = null;
+    const line = (text: string) => {
+      if (text.trim() === "") return;
+      const value = JSON.parse(text) as Record<string, unknown>;
+      if (typeof value.stdout === "string") onStdout?.(value.stdout);
+      else if (typeof value.stderr === "string") onStderr?.(value.stderr);
+      else if (typeof value.error === "string") throw new ClientError(response.statusCode, value.error, `POST ${path}: ${String(value.message ?? value.error)}`);
+      else result = SlotExecResult.omit({ stdout: true, stderr: true }).parse(value);
+    };
+    for await (const chunk of response.body) {
+      pending += decoder.decode(chunk as Buffer, { stream: true });
+      let at: number;
+      while ((at = pending.indexOf("\n")) >= 0) {
+        line(pending.slice(0, at));
+        pending = pending.slice(at + 1);
+      }
+    }
+    line(pending + decoder.decode());
+    if (result === null) throw new ClientError(response.statusCode, "bad_response", `POST ${path}: the stream ended without a result line`);
+    return result;
   }
 
   /** One signed request; JSON in and out (raw bytes with `raw`). Error answers throw ClientError. */
@@ -73,7 +150,7 @@ export class SlotsClient {
     const body = raw ? Buffer.from(raw) : json === undefined ? undefined : Buffer.from(JSON.stringify(json));
     const headers: Record<string, string> = { ...authHeaders(this.auth, createHash("sha256").update(body ?? Buffer.alloc(0)).digest("hex")) };
     if (body) headers["content-type"] = raw ? "application/octet-stream" : "application/json";
-    const response = await request(new URL(path, this.server), { method, headers, body });
+    const response = await this.send(method, path, body, headers);
     const bytes = Buffer.from(await response.body.arrayBuffer());
     if (response.statusCode >= 400) {
       let code = "error";

@@ -15,3 +15,5 @@ export type { Clock, RetryOptions, TimeoutOptions } from "./clock";
 export { EngineError, ConfigMismatchError, RunDirectoryError, RunStorageError, WorkspaceError } from "./errors";
 export { RunQueue, QueueFullError, QueueClosedError, BatchFinishedError, QueuedBatch, BatchRecord, BATCH_FILES, readJsonFile } from "./run-queue";
 export type { RunQueueOptions, RunQueueObserver, PreparedRun, BatchStatus, FinalBatchStatus, TaskState, BatchUpdate, BatchListener } from "./run-queue";
+export { SlotService, SlotServiceError } from "./slots/service";
+export type { SlotServiceOptions, SlotCreateRequest, SlotEntry, SlotTestResult, SlotVerifyResult, SlotPoolTotals } from "./slots/service";

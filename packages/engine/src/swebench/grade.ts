@@ -2,9 +2,10 @@ import { randomUUID } from "node:crypto";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, posix } from "node:path";
-import { CappedFile } from "@proctor/sandbox";
+import { CappedFile, type Sandbox } from "@proctor/sandbox";
+import type { TaskSpec, TrialError, TrialResult } from "@proctor/schema";
 import { SwebenchGrading } from "@proctor/tasks";
-import { repoUrl } from "../workspace";
+import { repoUrl, type RepoCache } from "../workspace";
 import { adminOptions, trusted } from "../trial/verify";
 import { CHECKOUT_MS, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, message, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
 import { LOG_PARSERS, testPassed } from "./parsers";
@@ -47,47 +48,54 @@ function ancestors(paths: readonly string[]): string[] {
   return [...dirs].sort((a, b) => a.split("/").length - b.split("/").length || a.localeCompare(b));
 }
 
+/** Where and how to run a SWE-bench instance's tests (a trial's sandbox, or a slot's workdir). */
+export interface SwebenchTestRun {
+  task: TaskSpec;
+  sandbox: Sandbox;
+  /** The repository checkout at base_commit (the sandbox's workdir in a trial). */
+  workdir: string;
+  repoCache: RepoCache;
+  timeoutMs: number;
+  signal: AbortSignal;
+  /** A host file that gets the test output (capped); none: kept only in memory. */
+  logFile?: string;
+}
+
+/** The per-test result, or why there is none (`reward` 0 when the agent tampered, else null). */
+export type SwebenchOutcome =
+  | { ok: true; grading: NonNullable<TrialResult["grading"]>; instanceId: string; output: string }
+  | { ok: false; error: TrialError; reward: 0 | null };
+
 /**
- * Grade a SWE-bench-style task after the agent (and after guardVerifier's integrity checks): the
- * files test_patch touches are computed on the host from base_commit + test_patch and written
- * over whatever the agent left; the test command (row's test_cmd, else pytest -rA on those files)
- * runs in the workdir; its log is parsed per test; reward 1 iff every FAIL_TO_PASS and
- * PASS_TO_PASS test passed. Problems are recorded in `state.errors` (kind verifier).
+ * Runs a SWE-bench instance's tests in `workdir`: the files test_patch touches are computed on the
+ * host from base_commit + test_patch and written over whatever is there; the test command (row's
+ * test_cmd, else pytest -rA on those files) runs; its log is parsed per test; resolved iff every
+ * FAIL_TO_PASS and PASS_TO_PASS test passed.
  */
-export async function gradeSwebench(attempt: SandboxAttempt): Promise<void> {
-  const { task, sandbox, signal, state, env, trialDir } = attempt;
+export async function runSwebenchTests(run: SwebenchTestRun): Promise<SwebenchOutcome> {
+  const { task, sandbox, signal, repoCache } = run;
   const parsed = SwebenchGrading.safeParse(task.extra.swebench);
   const ws = task.workspace;
-  if (!parsed.success || !ws) {
-    state.errors.push({ kind: "verifier", message: `task ${task.id} is a swebench task without its grading data (extra.swebench, workspace)` });
-    return;
-  }
+  const fail = (kind: TrialError["kind"], text: string, reward: 0 | null = null): SwebenchOutcome => ({ ok: false, error: { kind, message: text }, reward });
+  if (!parsed.success || !ws) return fail("verifier", `task ${task.id} is a swebench task without its grading data (extra.swebench, workspace)`);
   const grading = parsed.data;
-  const workdir = sandbox.workdir.replace(/\/+$/, "") || "/";
+  const workdir = run.workdir.replace(/\/+$/, "") || "/";
 
   let files: TestFiles;
   let bare: string;
   try {
-    bare = await env.repoCache.ensure(repoUrl(ws.repo, task.sourcePath), ws.baseCommit, { timeoutMs: CHECKOUT_MS, signal });
+    bare = await repoCache.ensure(repoUrl(ws.repo, task.sourcePath), ws.baseCommit, { timeoutMs: CHECKOUT_MS, signal });
     files = await applyTestPatch(bare, ws.baseCommit, grading.testPatch);
   } catch (error) {
     throwIfAborted(signal);
-    state.errors.push({ kind: "verifier", message: error instanceof TestPatchError ? error.message : `cannot prepare the test files: ${message(error)}` });
-    return;
+    return fail("verifier", error instanceof TestPatchError ? error.message : `cannot prepare the test files: ${message(error)}`);
   }
 
   // Reset: every touched path goes, then the patched files come from the host.
   const cleared = await sandbox.exec(trusted(sandbox, CLEAR_SCRIPT, [workdir, ...ancestors(files.touched), "--", ...files.touched]), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS, signal });
   throwIfAborted(signal);
-  if (cleared.exitCode === 3) {
-    state.errors.push({ kind: "agent", message: `tampered: ${workdir} was replaced by a symbolic link` });
-    state.reward = 0;
-    return;
-  }
-  if (cleared.exitCode !== 0) {
-    state.errors.push({ kind: "verifier", message: `could not reset the test files in ${workdir} (exit ${cleared.exitCode}): ${tail(cleared.stderr)}` });
-    return;
-  }
+  if (cleared.exitCode === 3) return fail("agent", `tampered: ${workdir} was replaced by a symbolic link`, 0);
+  if (cleared.exitCode !== 0) return fail("verifier", `could not reset the test files in ${workdir} (exit ${cleared.exitCode}): ${tail(cleared.stderr)}`);
   const regular = files.files.filter((f) => f.link === null);
   if (regular.length > 0) {
     const staging = await mkdtemp(join(tmpdir(), "proctor-testfiles-"));
@@ -118,11 +126,7 @@ export async function gradeSwebench(attempt: SandboxAttempt): Promise<void> {
         () => "<unreadable>",
       );
       throwIfAborted(signal);
-      if (pytestSection(path, expected) !== pytestSection(path, actual)) {
-        state.errors.push({ kind: "agent", message: `tampered: ${workdir}/${path} (its pytest configuration changed)` });
-        state.reward = 0;
-        return;
-      }
+      if (pytestSection(path, expected) !== pytestSection(path, actual)) return fail("agent", `tampered: ${workdir}/${path} (its pytest configuration changed)`, 0);
     }
   }
 
@@ -131,7 +135,7 @@ export async function gradeSwebench(attempt: SandboxAttempt): Promise<void> {
   const nonce = randomUUID();
   const start = `>>>>> proctor start test output ${nonce}`;
   const end = `>>>>> proctor end test output ${nonce}`;
-  const out = await CappedFile.open(join(trialDir, "verifier", "test-output.txt"), VERIFIER_LOG_BYTES);
+  const out = run.logFile === undefined ? null : await CappedFile.open(run.logFile, VERIFIER_LOG_BYTES);
   const chunks: Buffer[] = [];
   let kept = 0;
   let cut = false;
@@ -139,45 +143,56 @@ export async function gradeSwebench(attempt: SandboxAttempt): Promise<void> {
     .exec(trusted(sandbox, RUN_SCRIPT, [workdir, start, end, command]), {
       ...adminOptions(sandbox),
       env: task.verifier.env,
-      timeoutMs: attempt.budgets.verifierMs,
+      timeoutMs: run.timeoutMs,
       signal,
       onStdout: (c) => {
-        out.write(c);
+        out?.write(c);
         if (kept + c.length > VERIFIER_LOG_BYTES) cut = true;
         else {
           chunks.push(c);
           kept += c.length;
         }
       },
-      onStderr: (c) => out.write(c),
+      onStderr: (c) => out?.write(c),
       maxOutputBytes: 64 * 1024,
     })
-    .finally(() => out.close());
+    .finally(() => out?.close());
   throwIfAborted(signal);
-  if (result.timedOut) {
-    state.errors.push({ kind: "verifier", message: `the tests timed out after ${Math.round(attempt.budgets.verifierMs / 1000)} s` });
-    return;
-  }
+  if (result.timedOut) return fail("verifier", `the tests timed out after ${Math.round(run.timeoutMs / 1000)} s`);
   const log = Buffer.concat(chunks).toString("utf8");
   const from = log.indexOf(`${start}\n`);
   const to = log.lastIndexOf(`\n${end}\n`);
   if (from < 0 || to < from) {
-    state.errors.push({
-      kind: "verifier",
-      message: cut ? `the test output passed ${VERIFIER_LOG_BYTES} bytes and was cut before its end marker` : `the test command's output has no end marker (exit ${result.exitCode}): ${tail(result.stderr || log, 3)}`,
-    });
-    return;
+    return fail("verifier", cut ? `the test output passed ${VERIFIER_LOG_BYTES} bytes and was cut before its end marker` : `the test command's output has no end marker (exit ${result.exitCode}): ${tail(result.stderr || log, 3)}`);
   }
-  const tests = LOG_PARSERS[grading.logParser](log.slice(from + start.length + 1, to));
+  const output = log.slice(from + start.length + 1, to);
+  const tests = LOG_PARSERS[grading.logParser](output);
   const group = (ids: readonly string[]) => ({ success: ids.filter((id) => testPassed(tests[id])), failure: ids.filter((id) => !testPassed(tests[id])) });
   const failToPass = group(grading.failToPass);
   const passToPass = group(grading.passToPass);
   const resolved = failToPass.failure.length === 0 && passToPass.failure.length === 0;
-  state.grading = { resolved, testCommand: command, failToPass, passToPass, tests };
+  return { ok: true, grading: { resolved, testCommand: command, failToPass, passToPass, tests }, instanceId: grading.instanceId, output };
+}
+
+/**
+ * Grade a SWE-bench-style task after the agent (and after guardVerifier's integrity checks) with
+ * runSwebenchTests in the sandbox's workdir; reward 1 iff resolved. Problems are recorded in
+ * `state.errors`.
+ */
+export async function gradeSwebench(attempt: SandboxAttempt): Promise<void> {
+  const { task, sandbox, signal, state, env, trialDir } = attempt;
+  const outcome = await runSwebenchTests({ task, sandbox, workdir: sandbox.workdir, repoCache: env.repoCache, timeoutMs: attempt.budgets.verifierMs, signal, logFile: join(trialDir, "verifier", "test-output.txt") });
+  if (!outcome.ok) {
+    state.errors.push(outcome.error);
+    if (outcome.reward !== null) state.reward = outcome.reward;
+    return;
+  }
+  const { resolved, failToPass, passToPass } = outcome.grading;
+  state.grading = outcome.grading;
   state.reward = resolved ? 1 : 0;
   // SWE-bench's own per-instance report, beside the test output.
   const report = {
-    [grading.instanceId]: {
+    [outcome.instanceId]: {
       patch_is_None: false,
       patch_exists: true,
       patch_successfully_applied: true,
