@@ -1,8 +1,8 @@
 export { startServer, isLoopback, ServerConfigError } from "./server";
 export type { StartServerOptions, RunningServer } from "./server";
 export type { ServerModelProxy } from "./batches";
-export type { AuthMode } from "./auth";
-export { AUTH_MODES } from "./auth";
+export type { AuthMode } from "@proctor/auth";
+export { AUTH_MODES } from "@proctor/auth";
 export {
   ServerError,
   BadRequestError,

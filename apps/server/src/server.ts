@@ -9,7 +9,7 @@ import { silentLogger } from "@proctor/schema";
 import type { Logger } from "@proctor/schema";
 import { z } from "zod";
 import { buildApp } from "./app";
-import { AUTH_MODES, RequestAuthenticator } from "./auth";
+import { AUTH_MODES, RequestAuthenticator } from "@proctor/auth";
 import { Batches, type ServerModelProxy } from "./batches";
 import { ServerError } from "./errors";
 import { ServerMetrics } from "./metrics";

@@ -63,3 +63,5 @@ export { TokenVerifier, loadTokens, hashToken, TOKENS_ENV, TOKENS_FILE_ENV, MIN_
 export type { TokenIdentity, LoadTokensOptions } from "./tokens";
 export { createInsecureLegacyHotkeyAuth, LEGACY_HOTKEY_HEADER } from "./legacy";
 export type { InsecureLegacyHotkeyOptions } from "./legacy";
+export { RequestAuthenticator, principalKey, AUTH_MODES, ADMIN_HOTKEYS_ENV } from "./request-auth";
+export type { AuthMode, RequestAuthConfig, PendingAuth } from "./request-auth";
