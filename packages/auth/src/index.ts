@@ -65,3 +65,4 @@ export { createInsecureLegacyHotkeyAuth, LEGACY_HOTKEY_HEADER } from "./legacy";
 export type { InsecureLegacyHotkeyOptions } from "./legacy";
 export { RequestAuthenticator, principalKey, AUTH_MODES, ADMIN_HOTKEYS_ENV } from "./request-auth";
 export type { AuthMode, RequestAuthConfig, PendingAuth } from "./request-auth";
+export { UiSessions, sessionCookie, sessionIdFrom, UI_COOKIE, LOGIN_TOKEN_TTL_MS, SESSION_TTL_MS } from "./ui-sessions";
