@@ -8,7 +8,7 @@
  *
  *   node --conditions=@proctor/source --import tsx bench/queue/index.ts [--trials 10000] [--tasks 100] [--workers 2] [--per-worker 4]
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -38,6 +38,23 @@ const perWorker = Number(values["per-worker"]);
 const parallel = workerCount * perWorker;
 const repo = resolve(import.meta.dirname, "../..");
 const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
+const TICK_MS = 10; // USER_HZ is 100 on Linux
+
+/** CPU ms a process used, its reaped children included (trial shells), from /proc/<pid>/stat. */
+function procCpuMs(pid: number | "self"): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  // After "(comm) ": state is field 0, utime 11, stime 12, cutime 13, cstime 14.
+  return [11, 12, 13, 14].reduce((sum, i) => sum + Number(fields[i]), 0) * TICK_MS;
+}
+
+/** Redis's own CPU ms (INFO cpu). */
+function redisCpuMs(port: number): number {
+  const info = execFileSync("redis-cli", ["-p", String(port), "info", "cpu"], { encoding: "utf8" });
+  const value = (name: string) => Number(new RegExp(`${name}:([0-9.]+)`).exec(info)?.[1] ?? Number.NaN);
+  return (value("used_cpu_user") + value("used_cpu_sys")) * 1000;
+}
+const ms = (value: number) => `${(value / 1000).toFixed(2)} s`;
 
 async function makeTasks(dir: string): Promise<void> {
   for (let i = 0; i < taskCount; i++) {
@@ -51,7 +68,9 @@ async function makeTasks(dir: string): Promise<void> {
 }
 
 function spawnWorker(url: string, name: string, workDir: string): ChildProcess {
-  const child = spawn(process.execPath, ["--conditions=@proctor/source", "--import", "tsx", join(repo, "apps/cli/src/main.ts"), "worker", "--queue", url, "--runtime", "local", "-n", String(perWorker), "--name", name, "--work-dir", workDir], {
+  // BENCH_CPU_PROF_DIR: profile the workers too (node --cpu-prof), to see where their time goes.
+  const profile = process.env.BENCH_CPU_PROF_DIR ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_CPU_PROF_DIR] : [];
+  const child = spawn(process.execPath, [...profile, "--conditions=@proctor/source", "--import", "tsx", join(repo, "apps/cli/src/main.ts"), "worker", "--queue", url, "--runtime", "local", "-n", String(perWorker), "--name", name, "--work-dir", workDir], {
     stdio: ["ignore", "ignore", "pipe"],
   });
   child.stderr?.on("data", (c: Buffer) => {
@@ -76,13 +95,30 @@ try {
   console.log(`load average at start: ${load()}`);
 
   // 1. Enqueue: every trial into Redis with no worker running (bundles packed and published too).
-  const store = new DirBundleStore(join(work, "bundles"));
+  const puts: number[] = [];
+  const store = new (class extends DirBundleStore {
+    override async put(bundle: { sha256: string; bytes: Buffer }): Promise<void> {
+      await super.put(bundle);
+      puts.push(performance.now());
+    }
+  })(join(work, "bundles"));
   const enqueueDispatcher = new QueueDispatcher({ url: redis.url, prefix: "bench-enqueue", bundles: { store, source: { kind: "dir", dir: store.dir } } });
   const enqueueMonitor = new QueueMonitor({ url: redis.url, prefix: "bench-enqueue" });
   await enqueueDispatcher.waitUntilReady();
   const stop = new AbortController();
+  let firstDispatch: number | null = null;
+  const timedDispatch: typeof enqueueDispatcher.dispatch = (trial, ctx) => {
+    firstDispatch ??= performance.now();
+    return enqueueDispatcher.dispatch(trial, ctx);
+  };
+  const redisCpu0 = redisCpuMs(redis.port);
+  const cpu0 = procCpuMs("self");
   const t0 = performance.now();
-  const enqueueRun = startRun({ runId: "enqueue", runDir: join(work, "runs", "enqueue"), tasks, agent: { kind: "nop" }, runtime: remoteRuntime("local", LOCAL_CAPABILITIES), concurrency: parallel, attempts, dispatch: enqueueDispatcher.dispatch, signal: stop.signal });
+  const mark = (what: string) => process.env.BENCH_MARKS && console.log(`MARK ${what} ${process.hrtime.bigint() / 1000n}`);
+  mark("enqueue-start");
+  const enqueueRun = startRun({ runId: "enqueue", runDir: join(work, "runs", "enqueue"), tasks, agent: { kind: "nop" }, runtime: remoteRuntime("local", LOCAL_CAPABILITIES), concurrency: parallel, attempts, dispatch: timedDispatch, signal: stop.signal });
+  let started: number | null = null;
+  enqueueRun.bus.subscribe((e) => void (e.type === "run_started" && (started ??= performance.now())));
   let firstMs: number | null = null;
   for (;;) {
     const waiting = (await enqueueMonitor.counts()).waiting;
@@ -91,7 +127,13 @@ try {
     await new Promise((r) => setTimeout(r, 20));
   }
   const enqueueMs = performance.now() - t0;
-  console.log(`enqueue: ${trials} jobs in Redis after ${(enqueueMs / 1000).toFixed(2)} s (${((enqueueMs * 1000) / trials).toFixed(0)} µs/trial; the first after ${((firstMs ?? 0) / 1000).toFixed(2)} s: run.json, bundles); load ${load()}`);
+  mark("enqueue-end");
+  const enqueueCpu = procCpuMs("self") - cpu0;
+  const enqueueRedisCpu = redisCpuMs(redis.port) - redisCpu0;
+  const since = (t: number | null | undefined) => (t == null ? "never" : ms(t - t0));
+  console.log(`enqueue: ${trials} jobs in Redis after ${ms(enqueueMs)} (${((enqueueMs * 1000) / trials).toFixed(0)} µs/trial); load ${load()}`);
+  console.log(`  phases from startRun: run.json written ${since(started)}, first dispatch ${since(firstDispatch)}, first bundle ${since(puts[0])}, all ${puts.length} bundles ${since(puts.at(-1))}, first job ${firstMs === null ? "never" : ms(firstMs)}, all jobs ${ms(enqueueMs)}`);
+  console.log(`  CPU: this process ${ms(enqueueCpu)} (${((enqueueCpu * 1000) / trials).toFixed(0)} µs/trial), redis ${ms(enqueueRedisCpu)} (${((enqueueRedisCpu * 1000) / trials).toFixed(0)} µs/trial)`);
   stop.abort();
   await enqueueRun.done;
   await enqueueDispatcher.close();
@@ -101,26 +143,41 @@ try {
     throw new EnqueueOnly();
   }
 
-  // 2. In-process baseline.
+  // 2. In-process baseline. CPU counts this process and its trial shells (reaped children).
+  const localCpu0 = procCpuMs("self");
+  mark("in-process-start");
   const t1 = performance.now();
   const local = await startRun({ runId: "local", runDir: join(work, "runs", "local"), tasks, agent: { kind: "nop" }, runtime, concurrency: parallel, attempts }).done;
   const localMs = performance.now() - t1;
+  mark("in-process-end");
+  const localCpu = procCpuMs("self") - localCpu0;
   if (local.trials.passed !== trials) throw new Error(`in-process: expected ${trials} passed, got ${JSON.stringify(local.trials)}`);
-  console.log(`in-process -n ${parallel}: ${(localMs / 1000).toFixed(1)} s (${(localMs / trials).toFixed(2)} ms/trial wall); load ${load()}`);
+  console.log(`in-process -n ${parallel}: ${(localMs / 1000).toFixed(1)} s (${(localMs / trials).toFixed(2)} ms/trial wall), CPU ${(localCpu / trials).toFixed(2)} ms/trial; load ${load()}`);
 
-  // 3. Through the queue, workers already listening.
+  // 3. Through the queue, workers already listening (their start-up CPU is not counted).
   for (let i = 1; i <= workerCount; i++) workers.push(spawnWorker(redis.url, `bench-${i}`, join(work, `worker-${i}`)));
   const monitor = new QueueMonitor({ url: redis.url });
   while ((await monitor.workers()).length < workerCount) await new Promise((r) => setTimeout(r, 100));
   const dispatcher = new QueueDispatcher({ url: redis.url, bundles: { store, source: { kind: "dir", dir: store.dir } } });
   await dispatcher.waitUntilReady();
+  const workersCpu = () => workers.reduce((sum, c) => sum + procCpuMs(c.pid as number), 0);
+  const [queueSelf0, queueWorkers0, queueRedis0] = [procCpuMs("self"), workersCpu(), redisCpuMs(redis.port)];
+  mark("queue-start");
   const t2 = performance.now();
-  const queued = await startRun({ runId: "queued", runDir: join(work, "runs", "queued"), tasks, agent: { kind: "nop" }, runtime: remoteRuntime("local", LOCAL_CAPABILITIES), concurrency: parallel, attempts, dispatch: dispatcher.dispatch }).done;
+  const queuedRun = startRun({ runId: "queued", runDir: join(work, "runs", "queued"), tasks, agent: { kind: "nop" }, runtime: remoteRuntime("local", LOCAL_CAPABILITIES), concurrency: parallel, attempts, dispatch: dispatcher.dispatch });
+  let firstResult: number | null = null;
+  queuedRun.bus.subscribe((e) => void (e.type === "trial_finished" && (firstResult ??= performance.now())));
+  const queued = await queuedRun.done;
   const queueMs = performance.now() - t2;
+  mark("queue-end");
+  const [queueSelf, queueWorkers, queueRedis] = [procCpuMs("self") - queueSelf0, workersCpu() - queueWorkers0, redisCpuMs(redis.port) - queueRedis0];
   await dispatcher.close();
   await monitor.close();
   if (queued.trials.passed !== trials) throw new Error(`queue: expected ${trials} passed, got ${JSON.stringify(queued.trials)}`);
-  console.log(`queue, ${workerCount} workers x ${perWorker}: ${(queueMs / 1000).toFixed(1)} s (${(queueMs / trials).toFixed(2)} ms/trial wall); load ${load()}`);
+  console.log(`queue, ${workerCount} workers x ${perWorker}: ${(queueMs / 1000).toFixed(1)} s (${(queueMs / trials).toFixed(2)} ms/trial wall, first result after ${ms((firstResult ?? t2) - t2)}); load ${load()}`);
+  const perTrial = (cpu: number) => `${(cpu / trials).toFixed(2)} ms`;
+  const queueCpu = queueSelf + queueWorkers + queueRedis;
+  console.log(`  CPU per trial: dispatcher ${perTrial(queueSelf)} + workers ${perTrial(queueWorkers)} + redis ${perTrial(queueRedis)} = ${perTrial(queueCpu)} vs in-process ${perTrial(localCpu)} (+${perTrial(queueCpu - localCpu)} through the queue)`);
 
   const overheadMs = ((queueMs - localMs) * parallel) / trials;
   console.log(`dispatch overhead per trial ((queue - in-process) x ${parallel} / ${trials}): ${overheadMs.toFixed(2)} ms (target < 10 ms)`);

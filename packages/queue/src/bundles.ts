@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
 import { createReadStream, existsSync } from "node:fs";
-import { cp, mkdir, mkdtemp, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { cp, mkdir, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { Readable } from "node:stream";
@@ -36,33 +36,42 @@ export interface PackedBundle {
 export async function packBundle(paths: readonly string[]): Promise<PackedBundle> {
   const unique = [...new Set(paths.map((p) => resolve(p)))].sort((a, b) => a.length - b.length);
   const roots: { host: string; slot: string; dir: boolean }[] = [];
-  const stage = await mkdtemp(join(tmpdir(), "proctor-bundle-"));
-  try {
-    for (const host of unique) {
-      if (roots.some((r) => r.dir && (host === r.host || host.startsWith(r.host + sep)))) continue;
-      const info = await stat(host).catch((error: unknown) => {
-        throw new DispatchError(`cannot bundle ${host} for the workers: ${(error as Error).message}`);
-      });
-      const slot = `p${roots.length}`;
-      roots.push({ host, slot, dir: info.isDirectory() });
-      const target = info.isDirectory() ? join(stage, slot) : join(stage, slot, basename(host));
-      await mkdir(join(stage, slot), { recursive: true });
-      await cp(host, target, { recursive: true, verbatimSymlinks: true });
-    }
-    const bytes = await collect(tar.c({ cwd: stage, gzip: true, portable: true, mtime: new Date(0) }, ["."]));
-    const sha256 = createHash("sha256").update(bytes).digest("hex");
-    const relativeOf = (hostPath: string): string => {
-      const host = resolve(hostPath);
-      for (const root of roots) {
-        if (root.dir && (host === root.host || host.startsWith(root.host + sep))) return join(root.slot, relative(root.host, host));
-        if (!root.dir && host === root.host) return join(root.slot, basename(host));
-      }
-      throw new DispatchError(`internal: ${hostPath} is not in the bundle`);
-    };
-    return { sha256, bytes, relativeOf };
-  } finally {
-    await rm(stage, { recursive: true, force: true });
+  for (const host of unique) {
+    if (roots.some((r) => r.dir && (host === r.host || host.startsWith(r.host + sep)))) continue;
+    const info = await stat(host).catch((error: unknown) => {
+      throw new DispatchError(`cannot bundle ${host} for the workers: ${(error as Error).message}`);
+    });
+    roots.push({ host, slot: `p${roots.length}`, dir: info.isDirectory() });
   }
+  const options = { gzip: true, portable: true, mtime: new Date(0) };
+  let bytes: Buffer;
+  const only = roots.length === 1 && roots[0]?.dir ? roots[0] : null;
+  const entries = only ? (await readdir(only.host)).sort() : [];
+  if (only && entries.length > 0) {
+    // The usual task: one directory, packed in place under p0/ (no staging copy).
+    bytes = await collect(tar.c({ ...options, cwd: only.host, prefix: only.slot }, entries));
+  } else {
+    const stage = await mkdtemp(join(tmpdir(), "proctor-bundle-"));
+    try {
+      for (const root of roots) {
+        await mkdir(join(stage, root.slot), { recursive: true });
+        await cp(root.host, root.dir ? join(stage, root.slot) : join(stage, root.slot, basename(root.host)), { recursive: true, verbatimSymlinks: true });
+      }
+      bytes = await collect(tar.c({ ...options, cwd: stage }, ["."]));
+    } finally {
+      await rm(stage, { recursive: true, force: true });
+    }
+  }
+  const sha256 = createHash("sha256").update(bytes).digest("hex");
+  const relativeOf = (hostPath: string): string => {
+    const host = resolve(hostPath);
+    for (const root of roots) {
+      if (root.dir && (host === root.host || host.startsWith(root.host + sep))) return join(root.slot, relative(root.host, host));
+      if (!root.dir && host === root.host) return join(root.slot, basename(host));
+    }
+    throw new DispatchError(`internal: ${hostPath} is not in the bundle`);
+  };
+  return { sha256, bytes, relativeOf };
 }
 
 async function collect(stream: AsyncIterable<Buffer | string>): Promise<Buffer> {

@@ -9,7 +9,8 @@ import type { Redis } from "ioredis";
 import { bundleTask, packBundle, type BundleRef, type BundleSource, type DirBundleStore } from "./bundles";
 import { connect, KEY_PREFIX, parseQueueUrl, bullConnection, TRIAL_QUEUE, watchConnection, type QueueTarget } from "./connection";
 import { DispatchError } from "./errors";
-import { jobIdOf, keys, type TrialJob } from "./protocol";
+import { jobIdOf, keys, type RunContext, type TaskRecord, type TrialJob } from "./protocol";
+import { publishSpec } from "./specs";
 import { listWorkers } from "./registry";
 
 export interface WaitingNotice {
@@ -54,13 +55,17 @@ interface Pending {
 interface RunState {
   ctx: DispatchContext;
   pending: Map<string, Pending>;
-  bundles: Map<string, Promise<{ spec: TaskSpec; ref: BundleRef }>>;
-  agentBundle: Promise<BundleRef | null> | null;
+  /** Task id -> sha256 of its published TaskRecord. */
+  tasks: Map<string, Promise<string>>;
+  /** sha256 of the run's published RunContext. */
+  context: Promise<string> | null;
   reader: Redis | null;
   cancelled: boolean;
 }
 
 const ADD_CHUNK = 1000;
+/** Tasks bundled at once: the first jobs go out after a few bundles, not after all of them. */
+const BUNDLE_LANES = 8;
 
 /**
  * Sends one BullMQ job per trial and turns what workers send back through Redis into the run's
@@ -77,6 +82,8 @@ export class QueueDispatcher {
   private readonly runs = new Map<string, RunState>();
   private toAdd: { job: TrialJob; jobId: string }[] = [];
   private flushing: Promise<void> | null = null;
+  private bundling: (() => void)[] = [];
+  private bundlingLanes = BUNDLE_LANES;
   private readonly poller: NodeJS.Timeout;
   private waitingSince: number | null = null;
   private lastNotice = 0;
@@ -121,7 +128,7 @@ export class QueueDispatcher {
   private runState(ctx: DispatchContext): RunState {
     let state = this.runs.get(ctx.runId);
     if (state) return state;
-    state = { ctx, pending: new Map(), bundles: new Map(), agentBundle: null, reader: null, cancelled: false };
+    state = { ctx, pending: new Map(), tasks: new Map(), context: null, reader: null, cancelled: false };
     this.runs.set(ctx.runId, state);
     const run = state;
     ctx.signal.addEventListener("abort", () => void this.cancel(run), { once: true });
@@ -131,24 +138,31 @@ export class QueueDispatcher {
 
   private async enqueue(state: RunState, trial: { task: TaskSpec; attempt: number; trialId: string }): Promise<void> {
     const { ctx } = state;
-    let bundled = state.bundles.get(trial.task.id);
-    if (!bundled) {
-      bundled = bundleTask(trial.task).then(async ({ spec, bundle }) => {
-        await this.options.bundles.store.put(bundle);
-        return { spec, ref: { sha256: bundle.sha256, source: this.bundleSource() } };
-      });
-      state.bundles.set(trial.task.id, bundled);
+    let task = state.tasks.get(trial.task.id);
+    if (!task) {
+      task = this.publishTask(trial.task);
+      state.tasks.set(trial.task.id, task);
     }
-    state.agentBundle ??= this.bundleAgent(ctx);
-    const [{ spec, ref }, agentBundle] = await Promise.all([bundled, state.agentBundle]);
+    state.context ??= this.publishContext(ctx);
+    const [taskSha, contextSha] = await Promise.all([task, state.context]);
+    const job: TrialJob = { v: 2, runId: ctx.runId, trialId: trial.trialId, attempt: trial.attempt, task: taskSha, context: contextSha };
+    this.toAdd.push({ job, jobId: jobIdOf(ctx.runId, trial.trialId) });
+    await this.flush();
+  }
+
+  /** Bundles the task, stores the bundle and publishes the task record once; the sha256 jobs name it by. */
+  private async publishTask(task: TaskSpec): Promise<string> {
+    const { spec, bundle } = await this.inBundlingLane(() => bundleTask(task));
+    await this.options.bundles.store.put(bundle);
+    const record: TaskRecord = { task: spec, bundle: { sha256: bundle.sha256, source: this.bundleSource() } };
+    await this.ready;
+    return publishSpec(this.redis, this.prefix, record);
+  }
+
+  private async publishContext(ctx: DispatchContext): Promise<string> {
+    const agentBundle = await this.bundleAgent(ctx);
     const agent = ctx.agent.kind === "code" || ctx.agent.kind === "image" ? { ...ctx.agent, dir: "." } : ctx.agent;
-    const job: TrialJob = {
-      v: 1,
-      runId: ctx.runId,
-      trialId: trial.trialId,
-      attempt: trial.attempt,
-      task: spec,
-      bundle: ref,
+    const record: RunContext = {
       agent,
       agentBundle,
       runtime: ctx.runtime,
@@ -157,8 +171,21 @@ export class QueueDispatcher {
       isolateVerifier: ctx.isolateVerifier,
       limits: { ...ctx.limits },
     };
-    this.toAdd.push({ job, jobId: jobIdOf(ctx.runId, trial.trialId) });
-    await this.flush();
+    await this.ready;
+    return publishSpec(this.redis, this.prefix, record);
+  }
+
+  /** Runs `pack` when one of BUNDLE_LANES is free (packing copies and gzips: CPU and disk bound). */
+  private async inBundlingLane<T>(pack: () => Promise<T>): Promise<T> {
+    if (this.bundlingLanes === 0) await new Promise<void>((r) => this.bundling.push(r));
+    else this.bundlingLanes--;
+    try {
+      return await pack();
+    } finally {
+      const next = this.bundling.shift();
+      if (next) next();
+      else this.bundlingLanes++;
+    }
   }
 
   private async bundleAgent(ctx: DispatchContext): Promise<BundleRef | null> {
@@ -223,19 +250,18 @@ export class QueueDispatcher {
           continue;
         }
         for (const [streamKey, entries] of reply) {
-          const isResults = streamKey.toString() === resultsKey;
-          for (const [idBuffer, fields] of entries) {
-            const id = idBuffer.toString();
-            const record = fieldsOf(fields);
-            if (isResults) {
-              lastResult = id;
-              await this.onResult(state, record);
-              await this.redis.xdel(resultsKey, id);
-            } else {
-              lastEvent = id;
-              this.onEvent(state, record);
+          if (streamKey.toString() !== resultsKey) {
+            for (const [idBuffer, fields] of entries) {
+              lastEvent = idBuffer.toString();
+              this.onEvents(state, fieldsOf(fields));
             }
+            continue;
           }
+          // Results of one read are extracted side by side, then leave the stream in one XDEL.
+          const ids = entries.map(([idBuffer]) => idBuffer.toString());
+          await Promise.all(entries.map(([, fields]) => this.onResult(state, fieldsOf(fields))));
+          lastResult = ids.at(-1) ?? lastResult;
+          if (ids.length > 0) await this.redis.xdel(resultsKey, ...ids);
         }
         if (state.pending.size === 0 && this.toAdd.length === 0) break;
       }
@@ -251,13 +277,15 @@ export class QueueDispatcher {
     }
   }
 
-  private onEvent(state: RunState, record: Map<string, Buffer>): void {
-    const body = record.get("body");
-    if (!body) return;
-    const event = JSON.parse(body.toString("utf8")) as EventBody;
-    // A trial already recorded (its stalled twin still running) adds nothing to the run.
-    if ("trialId" in event && !state.pending.has(event.trialId)) return;
-    state.ctx.emit(event);
+  /** One stream entry holds the events a worker gathered in one flush, in order. */
+  private onEvents(state: RunState, record: Map<string, Buffer>): void {
+    const batch = record.get("events");
+    if (!batch) return;
+    for (const event of JSON.parse(batch.toString("utf8")) as EventBody[]) {
+      // A trial already recorded (its stalled twin still running) adds nothing to the run.
+      if ("trialId" in event && !state.pending.has(event.trialId)) continue;
+      state.ctx.emit(event);
+    }
   }
 
   private async onResult(state: RunState, record: Map<string, Buffer>): Promise<void> {

@@ -40,3 +40,14 @@ export class DispatchError extends QueueError {
     this.name = "DispatchError";
   }
 }
+
+/** A job names a published task or run record (by sha256) that is not in Redis or does not match its hash. */
+export class SpecError extends QueueError {
+  constructor(
+    message: string,
+    readonly sha256: string,
+  ) {
+    super(message);
+    this.name = "SpecError";
+  }
+}

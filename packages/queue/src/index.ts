@@ -12,6 +12,6 @@ export type { QueueTarget } from "./connection";
 export { reapDeadWorkers, WORKER_LABELS } from "./reaper";
 export type { ContainerApi } from "./reaper";
 export { remoteRuntime } from "./remote";
-export { QueueError, QueueUrlError, BundleError, DispatchError } from "./errors";
+export { QueueError, QueueUrlError, BundleError, DispatchError, SpecError } from "./errors";
 export { startRedisServer } from "./redis-server";
 export type { RedisServerHandle, RedisServerOptions } from "./redis-server";

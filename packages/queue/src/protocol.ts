@@ -9,15 +9,33 @@ const BundleRefSchema = z.object({
 
 const Limits = z.object({ memoryMb: z.number().optional(), cpus: z.number().optional(), pidsLimit: z.number().optional(), storageMb: z.number().optional() });
 
-/** One BullMQ job: one trial, with everything a worker needs and nothing secret. */
+/**
+ * One BullMQ job: one trial. It names its task and its run's settings by the sha256 of records
+ * published once in Redis (`keys.spec`), so 10,000 trials of 100 tasks carry 100 task specs, not
+ * 10,000 copies.
+ */
 export const TrialJob = z.object({
-  v: z.literal(1),
+  v: z.literal(2),
   runId: z.string().min(1),
   trialId: z.string().min(1),
   attempt: z.number().int().positive(),
+  /** sha256 of the job's TaskRecord. */
+  task: Sha256,
+  /** sha256 of the run's RunContext. */
+  context: Sha256,
+});
+export type TrialJob = z.infer<typeof TrialJob>;
+
+/** A task as workers run it, published once per task and run (`keys.spec`). */
+export const TaskRecord = z.object({
   /** The task with bundle-relative paths. */
   task: TaskSpec,
   bundle: BundleRefSchema,
+});
+export type TaskRecord = z.infer<typeof TaskRecord>;
+
+/** What every trial of a run shares, published once per run (`keys.spec`); nothing secret. */
+export const RunContext = z.object({
   agent: AgentSpec,
   /** A code/image agent's directory, bundled like a task. */
   agentBundle: BundleRefSchema.nullable(),
@@ -28,11 +46,16 @@ export const TrialJob = z.object({
   isolateVerifier: z.boolean().nullable(),
   limits: z.object({ defaults: Limits.optional(), max: Limits.optional(), logBytes: z.number().optional() }),
 });
-export type TrialJob = z.infer<typeof TrialJob>;
+export type RunContext = z.infer<typeof RunContext>;
+
+/** How long published task and run records stay in Redis (a resumed run publishes them again). */
+export const SPEC_TTL_SECONDS = 7 * 86_400;
 
 /** Redis keys, all under the queue prefix. */
 export const keys = {
-  /** Stream of a run's trial events (trimmed; progress only). */
+  /** A published TaskRecord or RunContext, by the sha256 of its JSON text. */
+  spec: (prefix: string, sha256: string) => `${prefix}:spec:${sha256}`,
+  /** Stream of a run's trial events, a JSON array of them per entry (trimmed; progress only). */
   events: (prefix: string, runId: string) => `${prefix}:run:${runId}:events`,
   /** Stream of a run's trial results (entries deleted once recorded). */
   results: (prefix: string, runId: string) => `${prefix}:run:${runId}:results`,

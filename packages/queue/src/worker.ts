@@ -7,10 +7,13 @@ import { RepoCache, runTrial, systemClock, type TrialEnvironment } from "@procto
 import type { SandboxRuntime } from "@proctor/sandbox";
 import { silentLogger, type AgentSpec, type EventBody, type Logger, type TrialResult } from "@proctor/schema";
 import { UnrecoverableError, Worker, type Job } from "bullmq";
+import type { ChainableCommander } from "ioredis";
 import * as tar from "tar";
 import { BundleCache, localizeTask } from "./bundles";
 import { connect, KEY_PREFIX, parseQueueUrl, bullConnection, TRIAL_QUEUE, watchConnection } from "./connection";
-import { keys, TrialJob } from "./protocol";
+import { SpecError } from "./errors";
+import { keys, RunContext, TaskRecord, TrialJob } from "./protocol";
+import { SpecCache } from "./specs";
 import { reapDeadWorkers, WORKER_LABELS, type ContainerApi } from "./reaper";
 import { beat, forget, type WorkerInfo } from "./registry";
 
@@ -49,6 +52,11 @@ export interface QueueWorkerHandle {
   readonly closed: Promise<void>;
 }
 
+/** How long a worker gathers trial events before sending them. */
+const EVENT_FLUSH_MS = 50;
+/** Artifacts (a trial's logs) are gzipped fast: they cross Redis once and are unpacked once. */
+const ARTIFACT_GZIP = { level: 1 };
+
 /** Runs trial jobs from the queue with the engine's own trial pipeline, and beats its heart in Redis. */
 export async function startWorker(options: QueueWorkerOptions): Promise<QueueWorkerHandle> {
   if (!Number.isInteger(options.concurrency) || options.concurrency < 1) throw new Error(`--concurrency must be a whole number >= 1, got ${options.concurrency}`);
@@ -60,6 +68,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
   const name = options.name ?? `${host}-${process.pid}`;
   const heartbeatMs = options.heartbeatMs ?? 5000;
   const redis = connect(target, logger, `worker ${name}`);
+  const specs = new SpecCache(redis, prefix);
   const cache = new BundleCache(join(options.workDir, "bundles"), options.token ? { token: options.token } : {});
   const runtime = labelled(options.runtime, { [WORKER_LABELS.worker]: id, [WORKER_LABELS.host]: host });
   const repoCache = new RepoCache(join(options.workDir, "repos"));
@@ -83,6 +92,49 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
     draining,
   });
   const beatNow = () => beat(redis, prefix, info(), heartbeatMs * 3).catch(() => undefined);
+  // Trials starting or ending in the same turn share one beat.
+  let beatQueued = false;
+  const beatSoon = () => {
+    if (beatQueued) return;
+    beatQueued = true;
+    setImmediate(() => {
+      beatQueued = false;
+      void beatNow();
+    });
+  };
+
+  // Events go out in batches: one stream entry per run and flush, and a trial's last batch in the
+  // same round trip as its result (a trivial trial emits a dozen events).
+  const eventsOf = new Map<string, EventBody[]>(); // runId -> events waiting for the next flush
+  let eventTimer: NodeJS.Timeout | null = null;
+  const takeEvents = (pipeline: ChainableCommander): ChainableCommander => {
+    if (eventTimer) clearTimeout(eventTimer);
+    eventTimer = null;
+    for (const [runId, batch] of eventsOf) pipeline.xadd(keys.events(prefix, runId), "MAXLEN", "~", "100000", "*", "events", JSON.stringify(batch));
+    eventsOf.clear();
+    return pipeline;
+  };
+  const flushEvents = () => {
+    if (eventsOf.size === 0) return;
+    takeEvents(redis.pipeline()).exec().catch((error: unknown) => logger.warn("sending events failed", { error: (error as Error).message }));
+  };
+  const emitFor = (runId: string) => (body: EventBody) => {
+    let batch = eventsOf.get(runId);
+    if (!batch) eventsOf.set(runId, (batch = []));
+    batch.push(body);
+    eventTimer ??= setTimeout(flushEvents, EVENT_FLUSH_MS);
+  };
+
+  // A cancelled run's jobs are skipped; whether it is cancelled is asked at most once a second.
+  const cancelledRuns = new Map<string, { at: number; cancelled: Promise<boolean> }>();
+  const isCancelled = (runId: string): Promise<boolean> => {
+    const known = cancelledRuns.get(runId);
+    if (known && Date.now() - known.at < 1000) return known.cancelled;
+    const cancelled = redis.exists(keys.cancelled(prefix, runId)).then((n) => n === 1);
+    if (cancelledRuns.size > 100) cancelledRuns.clear();
+    cancelledRuns.set(runId, { at: Date.now(), cancelled });
+    return cancelled;
+  };
 
   const processor = async (job: Job): Promise<{ trialId: string } | { skipped: true }> => {
     const parsed = TrialJob.safeParse(job.data);
@@ -91,23 +143,29 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
       throw new UnrecoverableError(`job ${job.id} is not a trial job this worker understands (${issue?.path.join(".")}: ${issue?.message}); are dispatcher and worker the same Proctor version?`);
     }
     const data = parsed.data;
-    if (data.runtime !== runtime.name) {
-      throw new UnrecoverableError(`worker ${name} runs the ${runtime.name} runtime but run ${data.runId} needs ${data.runtime}; start workers with --runtime ${data.runtime}`);
-    }
-    if ((await redis.exists(keys.cancelled(prefix, data.runId))) === 1) return { skipped: true };
-    running.add(data.trialId);
-    void beatNow();
-    const runDir = join(options.workDir, "runs", `${data.runId}-${job.attemptsMade}-${randomBytes(3).toString("hex")}`);
-    const emitKey = keys.events(prefix, data.runId);
-    const emit = (body: EventBody) => {
-      redis.xadd(emitKey, "MAXLEN", "~", "100000", "*", "body", JSON.stringify(body)).catch((error: unknown) => logger.warn("sending an event failed", { error: (error as Error).message }));
-    };
+    let context: RunContext;
+    let record: TaskRecord;
     try {
-      const root = await cache.materialize(data.bundle);
-      const task = localizeTask(data.task, root);
-      let agentSpec: AgentSpec = data.agent;
-      if ((agentSpec.kind === "code" || agentSpec.kind === "image") && data.agentBundle) {
-        agentSpec = { ...agentSpec, dir: join(await cache.materialize(data.agentBundle), "p0") };
+      [context, record] = await Promise.all([specs.get(data.context, RunContext, "run settings"), specs.get(data.task, TaskRecord, "task")]);
+    } catch (error) {
+      // Gone or not understood: no worker can run this job, and retrying will not bring it back.
+      if (error instanceof SpecError) throw new UnrecoverableError(`job ${job.id}: ${error.message}`);
+      throw error;
+    }
+    if (context.runtime !== runtime.name) {
+      throw new UnrecoverableError(`worker ${name} runs the ${runtime.name} runtime but run ${data.runId} needs ${context.runtime}; start workers with --runtime ${context.runtime}`);
+    }
+    if (await isCancelled(data.runId)) return { skipped: true };
+    running.add(data.trialId);
+    beatSoon();
+    const runDir = join(options.workDir, "runs", `${data.runId}-${job.attemptsMade}-${randomBytes(3).toString("hex")}`);
+    const emit = emitFor(data.runId);
+    try {
+      const root = await cache.materialize(record.bundle);
+      const task = localizeTask(record.task, root);
+      let agentSpec: AgentSpec = context.agent;
+      if ((agentSpec.kind === "code" || agentSpec.kind === "image") && context.agentBundle) {
+        agentSpec = { ...agentSpec, dir: join(await cache.materialize(context.agentBundle), "p0") };
       }
       await mkdir(join(runDir, "trials"), { recursive: true });
       const env: TrialEnvironment = {
@@ -115,16 +173,16 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
         runDir,
         runtime,
         agent: createAgent(agentSpec),
-        timeoutMultiplier: data.timeoutMultiplier,
-        defaultImage: data.defaultImage,
+        timeoutMultiplier: context.timeoutMultiplier,
+        defaultImage: context.defaultImage,
         repoCache,
         emit,
         logger,
         clock: systemClock,
         maxInfraRetries: 0, // BullMQ's attempts/backoff retry infra errors, on any worker
         retryBaseDelayMs: 0,
-        limits: data.limits,
-        isolateVerifier: data.isolateVerifier,
+        limits: context.limits,
+        isolateVerifier: context.isolateVerifier,
       };
       const result = await runTrial(task, data.attempt, env, stop.signal);
       if (!result) throw new Error(`worker ${name} was stopped before trial ${data.trialId} finished`);
@@ -136,14 +194,18 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
       const final: TrialResult = { ...result, retries: job.attemptsMade };
       const trialDir = join(runDir, "trials", data.trialId);
       await mkdir(trialDir, { recursive: true });
-      const artifact = await collect(tar.c({ cwd: trialDir, gzip: true, portable: true }, ["."]));
-      await redis.xadd(keys.results(prefix, data.runId), "*", "trialId", data.trialId, "result", JSON.stringify(final), "artifact", artifact);
+      const artifact = await collect(tar.c({ cwd: trialDir, gzip: ARTIFACT_GZIP, portable: true }, ["."]));
+      // The events gathered so far, then the result, in one round trip (the dispatcher reads events first).
+      const pipeline = takeEvents(redis.pipeline());
+      pipeline.xadd(keys.results(prefix, data.runId), "*", "trialId", data.trialId, "result", JSON.stringify(final), "artifact", artifact);
+      const sent = (await pipeline.exec())?.at(-1);
+      if (!sent || sent[0]) throw new Error(`sending trial ${data.trialId}'s result to Redis failed: ${sent?.[0]?.message ?? "no reply"}`);
       finished++;
       return { trialId: data.trialId };
     } finally {
       running.delete(data.trialId);
       await rm(runDir, { recursive: true, force: true }).catch(() => undefined);
-      void beatNow();
+      beatSoon();
     }
   };
 
@@ -188,6 +250,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
       await worker.close();
       await runningWorker.catch(() => undefined);
       clearInterval(heart);
+      flushEvents();
       clearInterval(reaper);
       await options.runtime.drain?.().catch((error: unknown) => logger.warn("removing sandboxes failed", { error: (error as Error).message }));
       await forget(redis, prefix, id).catch(() => undefined);
