@@ -7,6 +7,7 @@ import { startRun } from "@proctor/engine";
 import { LocalRuntime } from "@proctor/sandbox";
 import type { TaskSpec, TrialResult } from "@proctor/schema";
 import { loadTasks } from "@proctor/tasks";
+import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { BundleCache, DirBundleStore, bundleTask } from "./bundles";
 import { QueueDispatcher, type WaitingNotice } from "./dispatcher";
@@ -77,6 +78,42 @@ describe("a run through the queue", () => {
     controller.abort();
     expect((await handle.done).status).toBe("interrupted");
     await dispatcher.close();
+  });
+});
+
+describe("published records", () => {
+  test("a job whose task record left Redis, or was swapped, becomes an infra error naming the key; no worker runs it", async () => {
+    const prefix = "records";
+    const store = new DirBundleStore(join(root, "bundles-records"));
+    const dispatcher = new QueueDispatcher({ url: redis.url, prefix, bundles: { store, source: { kind: "dir", dir: store.dir } } });
+    const monitor = new QueueMonitor({ url: redis.url, prefix });
+    const client = new Redis(redis.url);
+    const [gone, swapped] = tasks as [TaskSpec, TaskSpec];
+    const handle = startRun({ runId: "records", runDir: join(root, "runs", "records"), tasks: [gone, swapped], agent: { kind: "nop" }, runtime, concurrency: 2, attempts: 1, dispatch: dispatcher.dispatch });
+    let worker: Awaited<ReturnType<typeof startWorker>> | null = null;
+    try {
+      while ((await monitor.counts()).waiting < 2) await new Promise((r) => setTimeout(r, 50));
+      // Jobs carry sha256s only: the task records are keys of their own.
+      const keys = await client.keys(`${prefix}:spec:*`);
+      const records = await Promise.all(keys.map(async (key) => ({ key, record: JSON.parse((await client.get(key)) as string) as { task?: TaskSpec } })));
+      const keyOf = (id: string) => records.find((r) => r.record.task?.id === id)?.key as string;
+      expect(keys).toHaveLength(3); // two tasks and the run's settings
+      await client.del(keyOf(gone.id));
+      await client.set(keyOf(swapped.id), JSON.stringify({ ...records.find((r) => r.record.task?.id === swapped.id)?.record, extra: 1 }));
+      worker = await startWorker({ url: redis.url, prefix, runtime, concurrency: 2, workDir: join(root, "worker-records"), name: "records" });
+      const summary = await handle.done;
+      expect(summary.trials.total).toBe(2);
+      const results = Object.fromEntries((await readResults(handle.runDir)).map((r) => [r.taskId, r]));
+      expect(results[gone.id]?.error?.kind).toBe("infra");
+      expect(results[gone.id]?.error?.message).toContain(`Redis key ${keyOf(gone.id)}) is gone`);
+      expect(results[swapped.id]?.error?.message).toMatch(/\(Redis key records:spec:[0-9a-f]{64}\) was refused: its content hashes to [0-9a-f]{64}/);
+      expect((await monitor.workers())[0]?.finished).toBe(0); // neither trial ran
+    } finally {
+      await worker?.drain();
+      await dispatcher.close();
+      await monitor.close();
+      client.disconnect();
+    }
   });
 });
 

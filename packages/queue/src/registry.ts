@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import type { ChainableCommander, Redis } from "ioredis";
 import { keys } from "./protocol";
 
 /** A live worker as `GET /v1/workers` and the metrics show it. */
@@ -19,14 +19,14 @@ export interface WorkerInfo {
   draining: boolean;
 }
 
-/** Writes a worker's heartbeat: the hash expires after `ttlMs`, so a dead worker drops out on its own. */
+/** Writes a worker's heartbeat: the key expires after `ttlMs`, so a dead worker drops out on its own. */
 export async function beat(redis: Redis, prefix: string, info: WorkerInfo, ttlMs: number): Promise<void> {
-  const key = keys.worker(prefix, info.id);
-  await redis
-    .multi()
-    .set(key, JSON.stringify(info), "PX", ttlMs)
-    .zadd(keys.workers(prefix), Date.parse(info.heartbeatAt), info.id)
-    .exec();
+  await queueBeat(redis.multi(), prefix, info, ttlMs).exec();
+}
+
+/** Adds a heartbeat's commands to a pipeline (a trial's result and the count that includes it go out together). */
+export function queueBeat(pipeline: ChainableCommander, prefix: string, info: WorkerInfo, ttlMs: number): ChainableCommander {
+  return pipeline.set(keys.worker(prefix, info.id), JSON.stringify(info), "PX", ttlMs).zadd(keys.workers(prefix), Date.parse(info.heartbeatAt), info.id);
 }
 
 export async function forget(redis: Redis, prefix: string, id: string): Promise<void> {

@@ -15,7 +15,7 @@ import { SpecError } from "./errors";
 import { keys, RunContext, TaskRecord, TrialJob } from "./protocol";
 import { SpecCache } from "./specs";
 import { reapDeadWorkers, WORKER_LABELS, type ContainerApi } from "./reaper";
-import { beat, forget, type WorkerInfo } from "./registry";
+import { beat, forget, queueBeat, type WorkerInfo } from "./registry";
 
 export interface QueueWorkerOptions {
   /** `redis://HOST:PORT/DB`. */
@@ -54,6 +54,8 @@ export interface QueueWorkerHandle {
 
 /** How long a worker gathers trial events before sending them. */
 const EVENT_FLUSH_MS = 50;
+/** Trials starting within this long share one heartbeat. */
+const BEAT_COALESCE_MS = 250;
 /** Artifacts (a trial's logs) are gzipped fast: they cross Redis once and are unpacked once. */
 const ARTIFACT_GZIP = { level: 1 };
 
@@ -92,15 +94,14 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
     draining,
   });
   const beatNow = () => beat(redis, prefix, info(), heartbeatMs * 3).catch(() => undefined);
-  // Trials starting or ending in the same turn share one beat.
-  let beatQueued = false;
+  // A trial's start shows in the heartbeat within BEAT_COALESCE_MS (trials starting together share
+  // one beat); its end goes out with its result.
+  let beatTimer: NodeJS.Timeout | null = null;
   const beatSoon = () => {
-    if (beatQueued) return;
-    beatQueued = true;
-    setImmediate(() => {
-      beatQueued = false;
+    beatTimer ??= setTimeout(() => {
+      beatTimer = null;
       void beatNow();
-    });
+    }, BEAT_COALESCE_MS);
   };
 
   // Events go out in batches: one stream entry per run and flush, and a trial's last batch in the
@@ -198,14 +199,19 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
       // The events gathered so far, then the result, in one round trip (the dispatcher reads events first).
       const pipeline = takeEvents(redis.pipeline());
       pipeline.xadd(keys.results(prefix, data.runId), "*", "trialId", data.trialId, "result", JSON.stringify(final), "artifact", artifact);
-      const sent = (await pipeline.exec())?.at(-1);
-      if (!sent || sent[0]) throw new Error(`sending trial ${data.trialId}'s result to Redis failed: ${sent?.[0]?.message ?? "no reply"}`);
-      finished++;
+      // The heartbeat that counts this trial as finished, in the same round trip.
+      running.delete(data.trialId);
+      finished++; // before the round trip, so a beat sent meanwhile cannot count one trial fewer
+      queueBeat(pipeline, prefix, info(), heartbeatMs * 3);
+      const sent = (await pipeline.exec())?.at(-3);
+      if (!sent || sent[0]) {
+        finished--;
+        throw new Error(`sending trial ${data.trialId}'s result to Redis failed: ${sent?.[0]?.message ?? "no reply"}`);
+      }
       return { trialId: data.trialId };
     } finally {
-      running.delete(data.trialId);
+      if (running.delete(data.trialId)) beatSoon(); // ended without a result (retry, stop)
       await rm(runDir, { recursive: true, force: true }).catch(() => undefined);
-      beatSoon();
     }
   };
 
@@ -250,6 +256,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
       await worker.close();
       await runningWorker.catch(() => undefined);
       clearInterval(heart);
+      if (beatTimer) clearTimeout(beatTimer);
       flushEvents();
       clearInterval(reaper);
       await options.runtime.drain?.().catch((error: unknown) => logger.warn("removing sandboxes failed", { error: (error as Error).message }));
