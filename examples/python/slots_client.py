@@ -142,7 +142,11 @@ class Slot:
             raise
 
     def verify(self) -> dict:
-        """Runs the slot's task tests; returns reward, resolved, tests (the slot stays yours)."""
+        """Runs the slot's task tests; returns reward, resolved, tests (the slot stays yours).
+
+        For a SWE instance, tests is a list of {name, status, expected ("FAIL_TO_PASS" or
+        "PASS_TO_PASS")}; for a task graded by a reward file it is None.
+        """
         return self.client.json("POST", self._path("/verify"), {})
 
     def release(self, reset: bool = True) -> None:
