@@ -219,6 +219,9 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--llm-models <list>", "--llm-proxy-base-url: comma-separated models a batch may name with ?model= (the first is the default)")
     .option("--llm-budget-tokens <n>", "--llm-proxy-base-url: prompt + completion tokens per trial", positiveInt("--llm-budget-tokens"))
     .option("--llm-budget-requests <n>", "--llm-proxy-base-url: model requests per trial", positiveInt("--llm-budget-requests"))
+    .option("--agent-image-build-timeout <sec>", "an uploaded agent_image/ build running longer fails its batch", positiveNumber("--agent-image-build-timeout"), 600)
+    .option("--agent-image-max-mb <n>", "largest uploaded agent_image/ build context and built image; larger fails the batch", positiveInt("--agent-image-max-mb"), 4096)
+    .option("--agent-image-build-network", "let RUN steps of uploaded agent_image/ Dockerfiles reach the network (default: none)", false)
     .option("--queue <url>", "run no trials here: one job per trial on Redis (redis://HOST:PORT/DB) for proctor workers")
     .option("--worker-token <token>", "--queue: token workers send for GET /v1/bundles/:sha and /v1/workers (default $PROCTOR_WORKER_TOKEN)")
     .option("--public-url <url>", "--queue: this server's URL as workers reach it (default: the listen URL)")
@@ -240,6 +243,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
           insecure: o.insecure, hotkeysFile: o.hotkeysFile, retentionDays: o.retentionDays, allowLocalRepos: o.allowLocalRepos, unsafeLocalRuntime: o.unsafeLocalRuntime,
           isolateVerifier: o.isolateVerifier, adminHotkeys: o.adminHotkeys, maxUploads: o.maxUploads, maxUploadsPerKey: o.maxUploadsPerKey,
           allowUndigestedUploads: o.allowUndigestedUploads, receiptKey: o.receiptKey,
+          agentImageBuildTimeoutSec: o.agentImageBuildTimeout, agentImageMaxMb: o.agentImageMaxMb, agentImageBuildNetwork: o.agentImageBuildNetwork,
           ...(o.slots
             ? {
                 slots: {

@@ -1,14 +1,17 @@
+import { readdir, stat } from "node:fs/promises";
 import { relative, join } from "node:path";
 import type { Readable } from "node:stream";
 import { ArchiveError, LimitExceededError, extractArchive } from "@proctor/archive";
 import type { LimitName } from "@proctor/archive";
-import { AgentConfigError, resolveEntrypoint } from "@proctor/agents";
+import { AgentConfigError, readImageAgent, resolveEntrypoint } from "@proctor/agents";
 import type { SubmitResponse } from "@proctor/client";
 import { RunQueue, type PreparedRun, type QueuedBatch, type RunLimits, type RunOptions, type RunHandle } from "@proctor/engine";
 import type { SandboxRuntime } from "@proctor/sandbox";
-import type { Logger, ModelProxySpec } from "@proctor/schema";
-import { loadTermExecutorArchive } from "@proctor/tasks";
-import type { TermExecutorArchive } from "@proctor/tasks";
+import type { Logger, ModelProxySpec, TaskSpec } from "@proctor/schema";
+import { isCompetitionDir, loadCompetitionTask, loadTermExecutorArchive } from "@proctor/tasks";
+import type { TaskLoadError } from "@proctor/tasks";
+import { AGENT_IMAGE_DIR, DEFAULT_AGENT_IMAGE_LIMITS, agentImageRuntime, buildAgentImage, dockerRuntimeOf, treeBytes } from "./agent-image";
+import type { AgentImageLimits } from "./agent-image";
 import { BadRequestError, ForbiddenError, InvalidArchiveError, NotFoundError, PayloadTooLargeError } from "./errors";
 import type { ServerMetrics } from "./metrics";
 import type { BatchReceipts } from "./receipt";
@@ -41,6 +44,8 @@ export interface BatchesOptions {
   /** Overrides every task's verifier isolation when set (`--isolate-verifier` / `--no-isolate-verifier`). */
   isolateVerifier?: boolean;
   limits: RunLimits;
+  /** Limits of an uploaded agent_image/'s build; default DEFAULT_AGENT_IMAGE_LIMITS. */
+  agentImage?: Partial<AgentImageLimits>;
   receipts?: BatchReceipts | null;
   modelProxy?: ServerModelProxy | null;
   /** How a batch's trials execute (RunQueue's seam; `--queue` sends them to workers); default in this process. */
@@ -51,10 +56,16 @@ export interface BatchesOptions {
 
 const SIZE_LIMITS: ReadonlySet<LimitName> = new Set(["maxCompressedBytes", "maxTotalBytes", "maxFileBytes"]);
 
+/** An upload's tasks and its agent: code (agent_code/) or an image to build (agent_image/). */
+export interface BatchUpload {
+  tasks: TaskSpec[];
+  agent: { kind: "code" | "image"; dir: string };
+}
+
 /**
  * What the server adds to the engine's RunQueue: a batch is an uploaded term-executor archive
- * (tasks/ + agent_code/) extracted into `<batch>/upload/` and run with the code agent under the
- * server's limits, model proxy and receipts.
+ * (tasks/ + agent_code/, or competition tasks/ + agent_image/) extracted into `<batch>/upload/`
+ * and run with its agent under the server's limits, model proxy and receipts.
  */
 export class Batches {
   readonly queue: RunQueue;
@@ -112,7 +123,7 @@ export class Batches {
           return filename || null;
         });
         const loaded = await this.load(uploadDir);
-        this.checkLoaded(loaded, uploadDir);
+        if (loaded.agent.kind === "image") await this.checkImageBatch(loaded.agent.dir);
         return {
           taskIds: loaded.tasks.map((t) => t.id),
           extra: { archive: { name: archiveName, bytes: input.staged.bytes, sha256: input.staged.sha256 }, ...(model !== null ? { model } : {}) },
@@ -123,14 +134,70 @@ export class Batches {
     return { batch_id: batch.id, total_tasks: batch.tasks.size, concurrent_tasks: concurrentTasks, ws_url: `/ws?batch_id=${batch.id}` };
   }
 
-  /** The engine run of a batch: its upload's tasks, the code agent in agent_code/, the server's limits. */
+  /**
+   * Refuse, at submit, an agent_image/ batch this server cannot build: workers (`--queue`) would
+   * not find an image built here, the local runtime builds nothing, and the build context has a cap.
+   */
+  private async checkImageBatch(imageDir: string): Promise<void> {
+    if (this.options.startRun) {
+      throw new BadRequestError(
+        `${AGENT_IMAGE_DIR}/: this server sends trials to workers (proctor serve --queue), which cannot use an image built on this server; send agent_code/ instead, or use a server without --queue`,
+      );
+    }
+    if (dockerRuntimeOf(this.options.runtime) === null) {
+      throw new BadRequestError(
+        `${AGENT_IMAGE_DIR}/: this server runs on the ${this.options.runtime.name} runtime, which cannot build or run agent images; send agent_code/ instead, or use a server started with --runtime docker`,
+      );
+    }
+    const limit = this.imageLimits().maxBytes;
+    const bytes = await treeBytes(imageDir);
+    if (bytes > limit) {
+      throw new PayloadTooLargeError(
+        `${AGENT_IMAGE_DIR}/ holds ${bytes} bytes, over this server's build context limit of ${limit / (1024 * 1024)} MB (--agent-image-max-mb ${limit / (1024 * 1024)}); leave data out of the image dir or ask the operator to raise the limit`,
+      );
+    }
+  }
+
+  private imageLimits(): AgentImageLimits {
+    return { ...DEFAULT_AGENT_IMAGE_LIMITS, ...this.options.agentImage };
+  }
+
+  /**
+   * An agent_image/ batch builds its image when it starts (a build can take minutes: the submit
+   * does not wait). Meanwhile its tasks show phase `agent_image_build`; a build that breaks a
+   * limit or fails fails the batch with the reason as its `error`.
+   */
+  private async buildImage(batch: QueuedBatch, imageDir: string): Promise<SandboxRuntime> {
+    const docker = dockerRuntimeOf(this.options.runtime);
+    if (docker === null) throw new BadRequestError(`${AGENT_IMAGE_DIR}/: this server's ${this.options.runtime.name} runtime cannot build agent images`);
+    for (const task of batch.tasks.values()) if (task.status === "pending") task.phase = AGENT_IMAGE_BUILD_PHASE;
+    try {
+      const context = readImageAgent(imageDir).image.buildContext;
+      const tag = await buildAgentImage(docker, imageDir, this.imageLimits(), { ...(batch.abort ? { signal: batch.abort.signal } : {}), logger: this.options.logger });
+      return agentImageRuntime(docker, context, tag);
+    } finally {
+      for (const task of batch.tasks.values()) if (task.phase === AGENT_IMAGE_BUILD_PHASE) task.phase = null;
+    }
+  }
+
+  /** The engine run of a batch: its upload's tasks and agent (code, or the image built now), the server's limits. */
   private async prepare(batch: QueuedBatch): Promise<PreparedRun> {
     const uploadDir = join(batch.dir, UPLOAD_DIR);
     const loaded = await this.load(uploadDir);
-    const agentDir = this.checkLoaded(loaded, uploadDir);
+    if (loaded.agent.kind === "image") {
+      const runtime = await this.buildImage(batch, loaded.agent.dir);
+      return {
+        tasks: loaded.tasks,
+        agent: { kind: "image", dir: loaded.agent.dir },
+        runtime,
+        defaultImage: this.options.defaultImage,
+        limits: this.options.limits,
+        sources: [uploadDir],
+      };
+    }
     return {
       tasks: loaded.tasks,
-      agent: { kind: "code", dir: agentDir, ...this.modelProxySpec(batch.record.model) },
+      agent: { kind: "code", dir: loaded.agent.dir, ...this.modelProxySpec(batch.record.model) },
       runtime: this.options.runtime,
       defaultImage: this.options.defaultImage,
       ...(this.options.isolateVerifier !== undefined ? { isolateVerifier: this.options.isolateVerifier } : {}),
@@ -166,26 +233,92 @@ export class Batches {
     return { modelProxy: { ...rest, model } };
   }
 
-  /** Refuse an archive whose tasks do not load or that has no usable agent_code/; returns the agent directory. */
-  private checkLoaded(loaded: TermExecutorArchive, uploadDir: string): string {
-    if (loaded.errors.length > 0) {
-      // Name files inside the archive, not where the server keeps it.
-      const inArchive = (message: string) => message.split(`${uploadDir}/`).join("").split(relative(process.cwd(), uploadDir) + "/").join("");
-      const shown = loaded.errors.slice(0, 5).map((e) => inArchive(e.message)).join("; ");
-      throw new InvalidArchiveError(`the archive holds ${loaded.errors.length} invalid task(s): ${shown}; fix them and upload again`);
-    }
-    if (loaded.tasks.length === 0) throw new InvalidArchiveError("the archive holds no tasks: put each task in tasks/<id>/ (at the root or one directory down)");
-    if (loaded.agentDir === null) throw new InvalidArchiveError("the archive holds no agent_code/ directory beside tasks/; add the agent's code there");
+  private load(uploadDir: string): Promise<BatchUpload> {
+    return loadBatchUpload(uploadDir, { allowLocalRepos: this.options.allowLocalRepos, logger: this.options.logger });
+  }
+}
+
+/** Tasks' phase while their batch's agent image is being built (GET /batch/:id/tasks, the WS snapshot). */
+const AGENT_IMAGE_BUILD_PHASE = "agent_image_build";
+
+const NEITHER_AGENT = `the archive holds neither agent_code/ nor ${AGENT_IMAGE_DIR}/ beside tasks/; add the agent's code in agent_code/, or an agent image (Dockerfile + agent.toml) in ${AGENT_IMAGE_DIR}/`;
+
+/**
+ * Load an extracted upload: tasks/ with agent_code/ (term-executor tasks, the code agent), or
+ * tasks/ with agent_image/ (competition tasks, an image agent), at the root or one directory
+ * down. Throws InvalidArchiveError (400) naming files inside the archive, never server paths.
+ */
+export async function loadBatchUpload(uploadDir: string, options: { allowLocalRepos: boolean; logger: Logger }): Promise<BatchUpload> {
+  // Name files inside the archive, not where the server keeps it.
+  const inArchive = (message: string) => message.split(`${uploadDir}/`).join("").split(relative(process.cwd(), uploadDir) + "/").join("");
+  const refuseInvalid = (errors: readonly TaskLoadError[], more = "") => {
+    if (errors.length === 0) return;
+    const shown = errors.slice(0, 5).map((e) => inArchive(e.message)).join("; ");
+    throw new InvalidArchiveError(`the archive holds ${errors.length} invalid task(s): ${shown}; fix them and upload again${more}`);
+  };
+  const noTasks = () => new InvalidArchiveError("the archive holds no tasks: put each task in tasks/<id>/ (at the root or one directory down)");
+  const imageRoot = await agentImageRoot(uploadDir);
+  if (imageRoot === null) {
+    const loaded = await loadTermExecutorArchive(uploadDir, options);
+    // Without an agent, say so too: the tasks' problems may only follow from it (competition tasks read as term-executor ones).
+    refuseInvalid(loaded.errors, loaded.agentDir === null ? `; also, ${NEITHER_AGENT}` : "");
+    if (loaded.tasks.length === 0) throw noTasks();
+    if (loaded.agentDir === null) throw new InvalidArchiveError(NEITHER_AGENT);
     try {
       resolveEntrypoint(loaded.agentDir);
     } catch (error) {
       if (!(error instanceof AgentConfigError)) throw error;
-      throw new InvalidArchiveError(`agent_code/: ${error.message.split(`${uploadDir}/`).join("")}`, { cause: error });
+      throw new InvalidArchiveError(`agent_code/: ${inArchive(error.message)}`, { cause: error });
     }
-    return loaded.agentDir;
+    return { tasks: loaded.tasks, agent: { kind: "code", dir: loaded.agentDir } };
   }
+  if (await isDir(join(imageRoot, "agent_code"))) {
+    throw new InvalidArchiveError(`the archive holds both agent_code/ and ${AGENT_IMAGE_DIR}/; a batch runs one agent: keep agent_code/ (the agent's code) or ${AGENT_IMAGE_DIR}/ (a Dockerfile + agent.toml), not both`);
+  }
+  const imageDir = join(imageRoot, AGENT_IMAGE_DIR);
+  try {
+    readImageAgent(imageDir);
+  } catch (error) {
+    if (!(error instanceof AgentConfigError)) throw error;
+    // readImageAgent names the file (agent_image/agent.toml) once the server's path is cut off.
+    throw new InvalidArchiveError(inArchive(error.message.split(`${imageDir}/`).join(`${AGENT_IMAGE_DIR}/`).split(imageDir).join(`${AGENT_IMAGE_DIR}/`)), { cause: error });
+  }
+  const tasksDir = join(imageRoot, "tasks");
+  const names = (await readdir(tasksDir, { withFileTypes: true }).catch(() => []))
+    .filter((e) => e.isDirectory() && !e.name.startsWith(".") && e.name !== "__MACOSX")
+    .map((e) => e.name)
+    .sort();
+  const tasks: TaskSpec[] = [];
+  const errors: TaskLoadError[] = [];
+  for (const name of names) {
+    const dir = join(tasksDir, name);
+    if (!(await isCompetitionDir(dir))) {
+      throw new InvalidArchiveError(
+        `tasks/${name}: an ${AGENT_IMAGE_DIR}/ batch runs competition tasks only (task.toml with [grading], grade/, data/public/); send other tasks with agent_code/`,
+      );
+    }
+    const loaded = await loadCompetitionTask(dir, { logger: options.logger });
+    errors.push(...loaded.errors);
+    if (!loaded.task) continue;
+    // The server builds only the agent image (under its limits); a task may name an image, not bring a Dockerfile.
+    if (loaded.task.environment.buildContext !== null) {
+      throw new InvalidArchiveError(`tasks/${name}/environment: this server builds no task images; remove environment/Dockerfile (the agent image is the competition's sandbox) or name an image in task.toml`);
+    }
+    tasks.push(loaded.task);
+  }
+  refuseInvalid(errors);
+  if (tasks.length === 0) throw noTasks();
+  return { tasks, agent: { kind: "image", dir: imageDir } };
+}
 
-  private load(uploadDir: string): Promise<TermExecutorArchive> {
-    return loadTermExecutorArchive(uploadDir, { allowLocalRepos: this.options.allowLocalRepos, logger: this.options.logger });
-  }
+/** The directory holding agent_image/ (the upload's root or the one directory below it), or null. */
+async function agentImageRoot(uploadDir: string): Promise<string | null> {
+  if (await isDir(join(uploadDir, AGENT_IMAGE_DIR))) return uploadDir;
+  const children = (await readdir(uploadDir, { withFileTypes: true }).catch(() => [])).filter((e) => e.isDirectory() && !e.name.startsWith(".") && e.name !== "__MACOSX");
+  for (const child of children) if (await isDir(join(uploadDir, child.name, AGENT_IMAGE_DIR))) return join(uploadDir, child.name);
+  return null;
+}
+
+async function isDir(path: string): Promise<boolean> {
+  return stat(path).then((s) => s.isDirectory(), () => false);
 }

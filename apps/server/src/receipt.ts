@@ -3,8 +3,8 @@ import { readJsonFile, writeJsonAtomic } from "@proctor/engine";
 import { buildReceipt, parseReceipt } from "@proctor/report";
 import type { Receipt, ReceiptSigner } from "@proctor/report";
 import type { Logger } from "@proctor/schema";
-import { loadTermExecutorArchive } from "@proctor/tasks";
 import type { BatchStatus, QueuedBatch } from "@proctor/engine";
+import { loadBatchUpload } from "./batches";
 import { ConflictError, ServerError } from "./errors";
 import { UPLOAD_DIR } from "./store";
 
@@ -22,8 +22,9 @@ class ReceiptsDisabledError extends ServerError {
 /**
  * Signs finished batches' receipts (@proctor/report `buildReceipt`) with the server's key and
  * keeps them as `receipt.json` in the batch directory. The bundles hashed are the extracted
- * upload's `tasks/<id>/` directories and `agent_code/` (tree digests of the files as they are
- * on disk; the uploaded archive itself is not kept).
+ * upload's `tasks/<id>/` directories and its agent: `agent_code/`, or `agent_image/` (Dockerfile,
+ * agent.toml and the rest of the build context), in the receipt's `agent_code` bundle whose path
+ * names which (tree digests of the files as they are on disk; the uploaded archive is not kept).
  */
 export class BatchReceipts {
   private readonly signing = new Map<string, Promise<Receipt>>();
@@ -65,7 +66,7 @@ export class BatchReceipts {
 
   private async build(batch: QueuedBatch, status: BatchStatus): Promise<Receipt> {
     if (status !== "completed" && status !== "failed" && status !== "cancelled") throw new Error(`batch ${batch.id} is ${status}, not finished`);
-    const loaded = await loadTermExecutorArchive(join(batch.dir, UPLOAD_DIR), { allowLocalRepos: this.options.allowLocalRepos, logger: this.options.logger });
+    const loaded = await loadBatchUpload(join(batch.dir, UPLOAD_DIR), { allowLocalRepos: this.options.allowLocalRepos, logger: this.options.logger });
     const byId = new Map(loaded.tasks.map((t) => [t.id, t.sourcePath]));
     const tasks = batch.record.taskIds.map((id) => {
       const dir = byId.get(id);
@@ -78,7 +79,7 @@ export class BatchReceipts {
       status,
       submittedBy: batch.record.submittedBy,
       tasks,
-      agentDir: loaded.agentDir,
+      agentDir: loaded.agent.dir,
       signer: this.options.signer,
     });
     await writeJsonAtomic(join(batch.dir, RECEIPT_FILE), receipt);

@@ -11,6 +11,7 @@ import { z } from "zod";
 import { buildApp } from "./app";
 import { AUTH_MODES, RequestAuthenticator } from "@proctor/auth";
 import { Batches, type ServerModelProxy } from "./batches";
+import type { AgentImageLimits } from "./agent-image";
 import { ServerError } from "./errors";
 import { ServerMetrics } from "./metrics";
 import { BatchReceipts } from "./receipt";
@@ -69,6 +70,8 @@ export interface StartServerOptions {
   isolateVerifier?: boolean;
   /** Resource limits for uploaded tasks; default UPLOAD_LIMITS. */
   limits?: RunLimits;
+  /** Build limits of an uploaded agent_image/ (time, size, network); default DEFAULT_AGENT_IMAGE_LIMITS. */
+  agentImage?: Partial<AgentImageLimits>;
   /** When set, Epistula-Signed-For must be this SS58 address. */
   signedFor?: string;
   /**
@@ -222,6 +225,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     allowLocalRepos: options.allowLocalRepos ?? false,
     ...(options.isolateVerifier !== undefined ? { isolateVerifier: options.isolateVerifier } : {}),
     limits: options.limits ?? UPLOAD_LIMITS,
+    ...(options.agentImage ? { agentImage: options.agentImage } : {}),
     receipts,
     ...(options.modelProxy ? { modelProxy: options.modelProxy } : {}),
     ...(queue ? { startRun: queue.startRun } : options.startRun ? { startRun: options.startRun } : {}),

@@ -157,6 +157,7 @@ export class ImageResolver {
         forcerm: true,
         labels: { "proctor.build-context": context },
         ...(request.buildArgs ? { buildargs: request.buildArgs } : {}),
+        ...(request.buildNetwork === false ? { networkmode: "none" } : {}),
         abortSignal: controller.signal,
       } as Dockerode.ImageBuildOptions)) as NodeJS.ReadableStream;
       await readProgress(stream, (event) => {

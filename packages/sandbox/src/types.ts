@@ -156,6 +156,8 @@ export interface ImageRequest {
   onBuild?: (update: ImageBuildUpdate) => void;
   /** Docker build args (`ARG` values); part of the build's cache key. */
   buildArgs?: Record<string, string>;
+  /** false: the build's RUN steps get no network (untrusted Dockerfiles); default: the daemon's default network. */
+  buildNetwork?: boolean;
 }
 
 /** One step of an image build, for progress displays. `image` is the tag being built. */

@@ -39,6 +39,10 @@ export interface ServeOptions {
   llmModels?: string;
   llmBudgetTokens?: number;
   llmBudgetRequests?: number;
+  /** --agent-image-build-timeout / --agent-image-max-mb / --agent-image-build-network: limits of an uploaded agent_image/ build. */
+  agentImageBuildTimeoutSec?: number;
+  agentImageMaxMb?: number;
+  agentImageBuildNetwork?: boolean;
   /** --slots and --slots-*: serve /v1/slots with these pool settings. */
   slots?: StartServerOptions["slots"];
   /** --queue redis://HOST:PORT/DB: trials go to `proctor worker`s; this process runs none. */
@@ -135,6 +139,11 @@ export async function serveCommand(options: ServeOptions): Promise<number> {
     ...(options.maxUploads !== undefined ? { maxConcurrentUploads: options.maxUploads } : {}),
     ...(options.maxUploadsPerKey !== undefined ? { maxConcurrentUploadsPerKey: options.maxUploadsPerKey } : {}),
     allowUndigestedUploads: options.allowUndigestedUploads ?? false,
+    agentImage: {
+      ...(options.agentImageBuildTimeoutSec !== undefined ? { buildTimeoutMs: Math.round(options.agentImageBuildTimeoutSec * 1000) } : {}),
+      ...(options.agentImageMaxMb !== undefined ? { maxBytes: options.agentImageMaxMb * 1024 * 1024 } : {}),
+      ...(options.agentImageBuildNetwork !== undefined ? { buildNetwork: options.agentImageBuildNetwork } : {}),
+    },
     ...(receiptKey !== undefined ? { receiptKey } : {}),
     ...(options.slots ? { slots: options.slots } : {}),
     ...(modelProxy ? { modelProxy } : {}),

@@ -139,6 +139,36 @@ describe("RunQueue", () => {
     await again.close(10_000);
   });
 
+  test("close() during a long prepare() (an image build) leaves the batch queued to resume, not failed; a prepare() that fails fails the batch with its message", async () => {
+    let building = false;
+    const slowPrepare = newQueue("slow-prepare", {
+      prepare: (batch) =>
+        new Promise((_resolve, reject) => {
+          building = true;
+          batch.abort?.signal.addEventListener("abort", () => reject(new Error("build cancelled")), { once: true });
+        }),
+    });
+    await slowPrepare.start();
+    const batch = await submit(slowPrepare, ["quick"]);
+    await until("prepare() to start", () => building);
+    await slowPrepare.close(10_000);
+    expect(batch.status).toBe("queued");
+    expect(batch.error).toBeNull();
+    const again = newQueue("slow-prepare");
+    await again.start();
+    const restored = again.find(batch.id);
+    await until("the resumed batch to finish", () => restored?.finished);
+    expect(restored?.status).toBe("completed");
+    await again.close(10_000);
+
+    const failing = newQueue("failing-prepare", { prepare: () => Promise.reject(new Error("agent_image/: over the limit")) });
+    await failing.start();
+    const failed = await submit(failing, ["quick"]);
+    await until("the batch to fail", () => failed.finished);
+    expect(failed).toMatchObject({ status: "failed", error: "agent_image/: over the limit" });
+    await failing.close(10_000);
+  });
+
   test("cancelling a queued batch finishes it as cancelled without running it; it is never resumed", async () => {
     const queue = newQueue("cancel");
     await queue.start();

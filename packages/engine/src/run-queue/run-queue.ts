@@ -35,7 +35,10 @@ export interface RunQueueOptions {
   maxQueued: number;
   /** Finished batches older than this many days are deleted (on start, then hourly); null keeps them. */
   retentionDays: number | null;
-  /** Load what a batch runs (tasks, agent, runtime, limits) from its directory; called each time it starts. */
+  /**
+   * Load what a batch runs (tasks, agent, runtime, limits) from its directory; called each time it
+   * starts. Long work here (an image build) should stop when `batch.abort.signal` aborts.
+   */
   prepare: (batch: QueuedBatch) => Promise<PreparedRun>;
   /**
    * How a batch's trials execute; default: the engine's `startRun`, in this process. This is the
@@ -359,6 +362,11 @@ export class RunQueue {
       }
       await this.finalize(batch, status, summary, runFinished, summary.status === "failed" ? "the engine reported the run as failed" : null);
     } catch (error) {
+      if (this.closing && controller.signal.aborted && !batch.cancelRequested) {
+        // Shutdown interrupted prepare() (e.g. an image build): the batch resumes on the next start.
+        batch.status = "queued";
+        return;
+      }
       const message = error instanceof Error ? error.message : String(error);
       this.logger.error("batch failed", { batchId: batch.id, error: message });
       await this.finalize(batch, batch.cancelRequested ? "cancelled" : "failed", null, runFinished, message);
