@@ -8,6 +8,7 @@ import { finish, repoRoot, spawnProctor } from "../test-support";
 
 const docker = await dockerTestGate();
 const TOKEN = "cli-slots-token-0123456789abcdef";
+const OTHER = "cli-slots-other-0123456789abcdef";
 const asUser = { PROCTOR_TOKEN: TOKEN };
 
 describe.skipIf(!docker)("proctor slots against proctor serve --slots (Docker)", () => {
@@ -21,7 +22,7 @@ describe.skipIf(!docker)("proctor slots against proctor serve --slots (Docker)",
     work = await mkdtemp(join(tmpdir(), "proctor-cli-slots-"));
     server = spawnProctor(
       ["serve", "--port", "0", "--data-dir", join(work, "data"), "--auth", "token", "--runtime", "docker", "--slots", "--slots-per-sandbox", "2", "--slots-max-sandboxes", "1", "--slots-acquire-timeout-s", "1", "--slots-tasks-dir", join(repoRoot, "examples/tasks")],
-      { PROCTOR_TOKENS: TOKEN },
+      { PROCTOR_TOKENS: `${TOKEN},${OTHER}` },
     );
     url = await new Promise<string>((done, fail) => {
       let seen = "";
@@ -83,7 +84,7 @@ describe.skipIf(!docker)("proctor slots against proctor serve --slots (Docker)",
     expect(gone.stderr).toContain(`no slot ${id} on ${url}`);
   }, 300_000);
 
-  test("clear errors: bad token 401, exhausted pool 503, bad --repo, no credentials; the token is never printed", async () => {
+  test("clear errors: bad token 401, another credential 403, exhausted pool 503, expired 410, bad --repo, no credentials; the token is never printed", async () => {
     const bad = await slots(["pool"], { PROCTOR_TOKEN: "wrong-token-value-123" });
     expect(bad.code).toBe(1);
     expect(bad.stderr).toContain(`the server ${url} did not accept the credentials`);
@@ -95,7 +96,17 @@ describe.skipIf(!docker)("proctor slots against proctor serve --slots (Docker)",
     const full = await slots(["create"]);
     expect(full.code).toBe(1);
     expect(full.stderr).toMatch(/503[\s\S]*every slot on .* is busy; retry in \d+ s/);
+    const theirs = await slots(["exec", a.stdout.trim(), "--", "true"], { PROCTOR_TOKEN: OTHER });
+    expect(theirs.code).toBe(1);
+    expect(theirs.stderr).toContain("belongs to another credential: use the credentials that created it");
     for (const r of [a, b]) expect((await slots(["rm", r.stdout.trim(), "--no-reset"])).code).toBe(0);
+    // A slot past its ttl is reclaimed: 410, and what to do.
+    const short = await slots(["create", "--ttl", "1"]);
+    expect(short.code, short.stderr).toBe(0);
+    let expired = await slots(["exec", short.stdout.trim(), "--", "true"]);
+    for (let i = 0; i < 60 && expired.code === 0; i++) expired = await slots(["exec", short.stdout.trim(), "--", "true"]);
+    expect(expired.code).toBe(1);
+    expect(expired.stderr).toMatch(/410[\s\S]*is gone \(expired, or its sandbox stopped\): create a new one/);
 
     const repo = await slots(["create", "--repo", "nocommit"]);
     expect(repo.code).toBe(2);
@@ -106,6 +117,6 @@ describe.skipIf(!docker)("proctor slots against proctor serve --slots (Docker)",
     const down = await finish(spawnProctor(["slots", "pool", "--server", "http://127.0.0.1:9"], asUser));
     expect(down.code).toBe(1);
     expect(down.stderr).toContain("cannot reach http://127.0.0.1:9");
-    for (const r of [bad, full, repo, none, down]) expect(r.stderr).not.toContain(TOKEN);
+    for (const r of [bad, full, theirs, expired, repo, none, down]) expect(r.stderr).not.toContain(TOKEN);
   }, 300_000);
 });
