@@ -10,6 +10,7 @@ import { submitCommand } from "./commands/submit";
 import { followCommand, statusCommand } from "./commands/batch";
 import { verifyReceiptCommand } from "./commands/verify-receipt";
 import { workerCommand } from "./commands/worker";
+import { slotsCommand, type SlotsAction } from "./commands/slots";
 import { EngineError, RunStorageError } from "@proctor/engine";
 import { AgentConfigError, RunFatalAgentError } from "@proctor/agents";
 import { RuntimeUnavailableError } from "@proctor/sandbox";
@@ -232,8 +233,9 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--slots-acquire-timeout-s <s>", "--slots: how long POST /v1/slots waits for a free slot before 503", positiveNumber("--slots-acquire-timeout-s"), 30)
     .option("--slots-idle-timeout-s <s>", "--slots: a slot unused this long is reclaimed", positiveNumber("--slots-idle-timeout-s"), 600)
     .option("--slots-max-lifetime-s <s>", "--slots: a slot is reclaimed this long after it was created", positiveNumber("--slots-max-lifetime-s"), 3600)
-    .option("--slots-tasks-dir <dir>", "--slots: tasks a slot may name ({\"task\": id}; verify runs their tests)")
-    .option("--slots-repos-dir <dir>", "--slots: git repositories a slot may name ({\"repo\": {name, commit}}): <dir>/<owner>__<name>.git")
+    .option("--slots-tasks-dir <source>", "--slots: tasks a slot may name ({\"task\": id}; verify runs their tests): a task dir, a dir of tasks, or a SWE-bench dataset (.jsonl/.json; per-test verify)")
+    .option("--slots-repos-dir <dir>", "--slots: git repositories a slot may name ({\"repo\": {name, commit}}), and a SWE dataset's bare mirrors: <dir>/<owner>__<name>.git")
+    .option("--slots-image <template>", "--slots: SWE rows without image_name: image to use, {repo} {version} {instance_id} filled in (default: a built Python image)")
     .action(async (o) =>
       setExitCode(
         await serveCommand({
@@ -249,7 +251,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
                 slots: {
                   slotsPerSandbox: o.slotsPerSandbox, minSandboxes: o.slotsMinSandboxes, maxSandboxes: o.slotsMaxSandboxes,
                   acquireTimeoutMs: Math.round(o.slotsAcquireTimeoutS * 1000), idleTimeoutMs: Math.round(o.slotsIdleTimeoutS * 1000),
-                  maxLifetimeMs: Math.round(o.slotsMaxLifetimeS * 1000), tasksDir: o.slotsTasksDir ?? null, reposDir: o.slotsReposDir ?? null,
+                  maxLifetimeMs: Math.round(o.slotsMaxLifetimeS * 1000), tasksDir: o.slotsTasksDir ?? null, reposDir: o.slotsReposDir ?? null, imageTemplate: o.slotsImage ?? null,
                 },
               }
             : {}),
@@ -290,6 +292,33 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .action(async (batchId: string, o) =>
       setExitCode(await followCommand({ batchId, since: o.since, server: o.server, keyFile: o.keyFile, token: o.token, signedFor: o.signedFor, json: o.json, logger })),
     );
+
+  // `proctor slots <sub>`: the /v1/slots API of a running `proctor serve --slots`, by hand.
+  const slots = program.command("slots").description("sandbox slots on a running `proctor serve --slots`: create, exec, put/get files, verify, rm, pool");
+  const slotAction = (command: Command, action: (args: string[], o: Record<string, unknown>) => SlotsAction) =>
+    command
+      .requiredOption("--server <url>", "server base URL, e.g. http://127.0.0.1:8080")
+      .option("--key-file <file>", "hotkey file (else $PROCTOR_HOTKEY_URI or $PROCTOR_HOTKEY_FILE)")
+      .option("--token <token>", "bearer token instead of a hotkey (else $PROCTOR_TOKEN)")
+      .option("--signed-for <ss58>", "the server's hotkey, when it requires Epistula-Signed-For")
+      .action(async (...args: unknown[]) => {
+        const o = args.at(-2) as Record<string, string | undefined>;
+        const credentials = { server: o.server as string, keyFile: o.keyFile, token: o.token, signedFor: o.signedFor, logger };
+        setExitCode(await slotsCommand({ ...credentials, ...action(args.slice(0, -2) as string[], o) }));
+      });
+  slotAction(
+    slots.command("create").description("acquire a slot; prints its id").option("--image <image>", "the slot's image (default: the server's)").option("--task <id>", "a task or SWE instance of the server's --slots-tasks-dir (verify runs its tests)").option("--repo <name@commit>", "a repository of the server's --slots-repos-dir, checked out at COMMIT").option("--ttl <s>", "release the slot after this many seconds", positiveNumber("--ttl")).option("--json", "print the slot as JSON", false),
+    (_, o) => ({ action: "create", image: o.image as string | undefined, task: o.task as string | undefined, repo: o.repo as string | undefined, ttlSec: o.ttl as number | undefined, json: Boolean(o.json) }),
+  );
+  slotAction(
+    slots.command("exec").description("run a command in the slot's workdir, print its output as it comes; exits with its exit code (124: timed out)").argument("<id>").argument("[command...]", "argv after --").option("-c, --shell <string>", "a shell string (sh -c) instead of argv").option("--timeout <s>", "kill the command's process tree after this many seconds", positiveNumber("--timeout")).option("--cwd <dir>", "working directory (relative: in the slot's workdir)"),
+    ([id, argv], o) => ({ action: "exec", id: id as string, argv: (argv as unknown as string[] | undefined) ?? [], shell: o.shell as string | undefined, timeoutSec: o.timeout as number | undefined, cwd: o.cwd as string | undefined }),
+  );
+  slotAction(slots.command("put").description("upload a local file to PATH in the slot").argument("<id>").argument("<local>").argument("<path>", "relative to the slot's workdir, or absolute"), ([id, local, path]) => ({ action: "put", id: id as string, local: local as string, path: path as string }));
+  slotAction(slots.command("get").description("download PATH from the slot (to LOCAL, else stdout)").argument("<id>").argument("<path>").argument("[local]"), ([id, path, local]) => ({ action: "get", id: id as string, path: path as string, local }));
+  slotAction(slots.command("verify").description("run the slot's task tests; prints the reward (and the per-test table of a SWE instance); exit 1 without a reward").argument("<id>").option("--json", "print the result as JSON", false), ([id], o) => ({ action: "verify", id: id as string, json: Boolean(o.json) }));
+  slotAction(slots.command("rm").description("release the slot (reset: kill its processes, restore its workdir)").argument("<id>").option("--no-reset", "release without resetting"), ([id], o) => ({ action: "rm", id: id as string, reset: o.reset !== false }));
+  slotAction(slots.command("pool").description("the server's slot pool: sandboxes, slots, busy, waiting, quarantined").option("--json", "print as JSON", false), (_, o) => ({ action: "pool", json: Boolean(o.json) }));
 
   program
     .command("verify-receipt")

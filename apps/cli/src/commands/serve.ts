@@ -145,7 +145,8 @@ export async function serveCommand(options: ServeOptions): Promise<number> {
       ...(options.agentImageBuildNetwork !== undefined ? { buildNetwork: options.agentImageBuildNetwork } : {}),
     },
     ...(receiptKey !== undefined ? { receiptKey } : {}),
-    ...(options.slots ? { slots: options.slots } : {}),
+    // Slot repositories and task files are cached beside the server's data.
+    ...(options.slots ? { slots: { cacheDir: resolve(options.dataDir, "slots-cache"), ...options.slots } } : {}),
     ...(modelProxy ? { modelProxy } : {}),
     ...(options.queue !== undefined && workerToken ? { queue: { url: options.queue, workerToken, ...(options.publicUrl ? { publicUrl: options.publicUrl } : {}) } } : {}),
     logger: options.logger,
