@@ -4,9 +4,13 @@
  * vs the in-process engine at the same total parallelism, in one run. Prints the dispatch
  * overhead per trial (the extra slot time a trial costs through Redis: (queue wall - in-process
  * wall) x parallelism / trials; target < 10 ms) and the time to enqueue every trial with no
- * worker running (bundling included; target < 5 s for 10,000).
+ * worker running (bundling included; target < 5 s for 10,000), with per-phase times and the CPU
+ * each process spent (dispatcher, workers, redis), which a loaded machine distorts less than walls.
  *
- *   node --conditions=@proctor/source --import tsx bench/queue/index.ts [--trials 10000] [--tasks 100] [--workers 2] [--per-worker 4]
+ *   node --conditions=@proctor/source --import tsx bench/queue/index.ts [--trials 10000] [--tasks 100] [--workers 2] [--per-worker 4] [--enqueue-only]
+ *
+ * BENCH_MARKS=1 prints process.hrtime (µs) at each phase's start and end, to cut a `node
+ * --cpu-prof` profile to one phase; BENCH_CPU_PROF_DIR=DIR profiles the workers too.
  */
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -190,6 +194,15 @@ try {
     ratio: queueMs / localMs,
     ratioMeaning: "queue wall / in-process wall",
     target: { on: "proctor", op: "<", value: 10, unit: "ms" },
+  });
+  reportFigure({
+    bench: "queue",
+    figure: `${trials} trivial trials, CPU per trial through the queue (dispatcher + workers + redis) vs in-process`,
+    proctor: { value: queueCpu / trials, unit: "ms" },
+    baseline: { value: localCpu / trials, unit: "ms", label: "in-process CPU per trial" },
+    ratio: queueCpu / localCpu,
+    ratioMeaning: "queue CPU / in-process CPU",
+    target: null,
   });
   reportFigure({
     bench: "queue",
