@@ -9,7 +9,7 @@ import { parseReceipt, verifyReceipt } from "@proctor/report";
 import { DockerRuntime, dockerTestGate } from "@proctor/sandbox-docker";
 import * as tar from "tar";
 import { describe, expect, test } from "vitest";
-import { ALICE, call, startTestServer, tempDir, waitForStatus } from "./test-support";
+import { ALICE, call, collectWs, startTestServer, tempDir, waitForStatus } from "./test-support";
 
 const haveDocker = await dockerTestGate();
 const REPO = resolve(import.meta.dirname, "../../..");
@@ -213,6 +213,12 @@ describe.skipIf(!haveDocker)("agent_image/ batches on Docker", () => {
         return tasks.body?.tasks?.[0]?.phase === "agent_image_build";
       });
       expect((await call(server.url, "GET", `/batch/${id}`)).body.status).toBe("running");
+      // A WebSocket client joining now sees it in its snapshot.
+      const ws = collectWs(server.url, id);
+      await ws.opened;
+      await until("the snapshot", () => ws.messages.length > 0);
+      expect(ws.messages[0]).toMatchObject({ event: "snapshot", data: { status: "running", tasks: [{ task_id: "tiny-regression", phase: "agent_image_build" }] } });
+      ws.ws.close();
       const final = await waitForStatus(server.url, id, ["completed", "failed", "cancelled"], 600_000);
       expect(final.status).toBe("failed");
       expect(final.error).toMatch(/^agent_image\/: the image build ran longer than 10 s, this server's limit \(--agent-image-build-timeout 10\) and was cancelled/);

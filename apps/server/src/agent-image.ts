@@ -25,6 +25,8 @@ export const DEFAULT_AGENT_IMAGE_LIMITS: AgentImageLimits = Object.freeze({
 });
 
 const MB = 1024 * 1024;
+/** How long a refused build's leftovers may take to disappear before their images are removed anyway. */
+const CONTAINER_GONE_MS = 60_000;
 
 /** A batch's agent image broke a server limit or did not build; its message is the batch's `error`. */
 class AgentImageError extends Error {
@@ -83,12 +85,13 @@ export async function buildAgentImage(
   };
   const removeBuilt = async () => {
     if (builtTag === null) return;
-    // A cancelled build's RUN container may still be going away; it would hold its parent image.
+    // A cancelled build's RUN container may still be going away (the daemon removes it too); while
+    // it exists it holds its parent image, so wait until it is gone.
     for (const id of containers) {
-      await runtime.docker
-        .getContainer(id)
-        .remove({ force: true })
-        .catch(() => undefined);
+      const container = runtime.docker.getContainer(id);
+      await container.remove({ force: true }).catch(() => undefined);
+      const deadline = Date.now() + CONTAINER_GONE_MS;
+      while (Date.now() < deadline && (await container.inspect().then(() => true, () => false))) await new Promise((r) => setTimeout(r, 200));
     }
     await remove(builtTag);
     // A failed or cancelled build leaves its finished steps as untagged images: remove those
