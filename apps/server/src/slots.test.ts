@@ -1,7 +1,7 @@
 import { execFile, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { randomBytes } from "node:crypto";
-import { rm } from "node:fs/promises";
+import { mkdir, rm, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { SlotsClient } from "@proctor/client";
@@ -156,6 +156,62 @@ describe.skipIf(!run)("the /v1/slots API on Docker", () => {
       expect((await api(server.url, "POST", `/v1/slots/${id}/exec`, { json: { command: 42 } })).status).toBe(400);
     } finally {
       await api(server.url, "DELETE", `/v1/slots/${id}`);
+    }
+  });
+});
+
+/** A one-bug Python repo as a bare mirror and a SWE row (FAIL_TO_PASS test_mul, PASS_TO_PASS test_add) at its commit. */
+async function sweFixture(root: string): Promise<{ dataset: string; mirrors: string }> {
+  const work = join(root, "work");
+  const git = (...args: string[]) => execFileAsync("git", ["-c", "user.name=t", "-c", "user.email=t@t", ...args], { cwd: work }).then((r) => r.stdout);
+  await mkdir(join(work, "calc"), { recursive: true });
+  await mkdir(join(work, "tests"));
+  await writeFile(join(work, "calc", "__init__.py"), "");
+  await writeFile(join(work, "calc", "ops.py"), "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a + b  # bug\n");
+  await writeFile(join(work, "tests", "__init__.py"), "");
+  const testAdd = "from calc.ops import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n";
+  await writeFile(join(work, "tests", "test_ops.py"), testAdd);
+  await git("init", "--quiet");
+  await git("add", "-A");
+  await git("commit", "--quiet", "-m", "base");
+  const base = (await git("rev-parse", "HEAD")).trim();
+  await writeFile(join(work, "tests", "test_ops.py"), `${testAdd}\n\ndef test_mul():\n    assert mul(3, 4) == 12\n`);
+  const testPatch = await git("diff");
+  await git("checkout", "--", ".");
+  const mirrors = join(root, "mirrors");
+  await mkdir(mirrors);
+  await execFileAsync("git", ["clone", "--quiet", "--bare", work, join(mirrors, "acme__calc.git")]);
+  const row = { instance_id: "calc-1", repo: "acme/calc", base_commit: base, patch: "", test_patch: testPatch, FAIL_TO_PASS: ["tests/test_ops.py::test_mul"], PASS_TO_PASS: ["tests/test_ops.py::test_add"], problem_statement: "mul adds", version: "1" };
+  const dataset = join(root, "instances.jsonl");
+  await writeFile(dataset, `${JSON.stringify(row)}\n`);
+  return { dataset, mirrors };
+}
+
+describe.skipIf(!run)("SWE instances through /v1/slots", () => {
+  test("a slot of a dataset row verifies per test (FAIL_TO_PASS / PASS_TO_PASS) over HTTP", async () => {
+    const dir = await tempDir("proctor-slots-swe-");
+    const fixture = await sweFixture(dir);
+    const server = await startTestServer(join(dir, "data"), {
+      auth: "token",
+      tokens: [TOKEN_A],
+      runtime: new DockerRuntime(),
+      defaultImage: "proctor/base:bookworm",
+      slots: { slotsPerSandbox: 1, maxSandboxes: 1, tasksDir: fixture.dataset, reposDir: fixture.mirrors, imageTemplate: "proctor/base:bookworm", cacheDir: join(dir, "cache") },
+    });
+    try {
+      const slot = await new SlotsClient(server.url, { token: TOKEN_A }).create({ task: "calc-1" });
+      const before = await slot.verify();
+      expect(before).toMatchObject({ reward: 0, resolved: false });
+      expect(before.tests).toEqual([
+        { name: "tests/test_ops.py::test_mul", status: "FAILED", expected: "FAIL_TO_PASS" },
+        { name: "tests/test_ops.py::test_add", status: "PASSED", expected: "PASS_TO_PASS" },
+      ]);
+      await slot.exec("sed -i 's/return a + b  # bug/return a * b/' calc/ops.py");
+      expect(await slot.verify()).toMatchObject({ reward: 1, resolved: true, error: null });
+      await slot.release();
+    } finally {
+      await server.close();
+      await rm(dir, { recursive: true, force: true });
     }
   });
 });
