@@ -114,7 +114,7 @@ describe("agent_image/ batches: refused at submit", () => {
     }
   });
 
-  test.skipIf(!haveDocker)("a server whose trials go to workers refuses an agent image; a context over the size limit is a 413", async () => {
+  test.skipIf(!haveDocker)("a server whose trials go to workers refuses an agent image; so does ?model= (the proxy serves code agents); a context over the size limit is a 413", async () => {
     const root = await tempDir();
     const queued = await startTestServer(join(root, "queued"), { runtime: new DockerRuntime(), defaultImage: "proctor/base:bookworm", startRun, agentImage: { maxBytes: 1 * MB } });
     try {
@@ -124,8 +124,19 @@ describe("agent_image/ batches: refused at submit", () => {
     } finally {
       await queued.close();
     }
-    const small = await startTestServer(join(root, "small"), { runtime: new DockerRuntime(), defaultImage: "proctor/base:bookworm", agentImage: { maxBytes: 1 * MB } });
+    const small = await startTestServer(join(root, "small"), {
+      runtime: new DockerRuntime(),
+      defaultImage: "proctor/base:bookworm",
+      agentImage: { maxBytes: 1 * MB },
+      modelProxy: { baseUrl: "http://127.0.0.1:9/v1", apiKeyEnv: "PROCTOR_TEST_UNUSED_KEY", models: ["small"] },
+    });
     try {
+      // The model proxy serves code agents only: an image batch asking for a model is told so.
+      const archivePath = await imageArchive(root, { agent_image: DUMMY_AGENT }, "m");
+      const withModel = (await uploadArchive({ server: small.url, archivePath, keypair: ALICE, model: "small" }).catch((e: unknown) => e)) as ClientError;
+      expect(withModel).toBeInstanceOf(ClientError);
+      expect(withModel.message).toMatch(/^POST \/submit: 400 model: an agent_image\/ batch gets no model from this server's proxy; leave out \?model=/);
+      expect(await readdir(join(root, "small", "batches"))).toEqual([]);
       const big = { ...tinyAgent("true"), "blob.bin": randomBytes(2 * MB).toString("base64") };
       const tooBig = await refused(small.url, await imageArchive(root, { agent_image: big }, "m"));
       expect(tooBig.statusCode).toBe(413);

@@ -123,10 +123,15 @@ export class Batches {
           return filename || null;
         });
         const loaded = await this.load(uploadDir);
-        if (loaded.agent.kind === "image") await this.checkImageBatch(loaded.agent.dir);
+        const image = loaded.agent.kind === "image";
+        if (image) {
+          await this.checkImageBatch(loaded.agent.dir);
+          // The model proxy serves code agents; an image agent would silently not get the model it asked for.
+          if (input.model !== undefined) throw new BadRequestError(`model: an ${AGENT_IMAGE_DIR}/ batch gets no model from this server's proxy; leave out ?model=`);
+        }
         return {
           taskIds: loaded.tasks.map((t) => t.id),
-          extra: { archive: { name: archiveName, bytes: input.staged.bytes, sha256: input.staged.sha256 }, ...(model !== null ? { model } : {}) },
+          extra: { archive: { name: archiveName, bytes: input.staged.bytes, sha256: input.staged.sha256 }, ...(model !== null && !image ? { model } : {}) },
         };
       },
     });
