@@ -145,6 +145,7 @@ export class QueueDispatcher {
     }
     state.context ??= this.publishContext(ctx);
     const [taskSha, contextSha] = await Promise.all([task, state.context]);
+    if (state.cancelled || this.closed) return; // stopped while its bundle was packed: no job
     const job: TrialJob = { v: 2, runId: ctx.runId, trialId: trial.trialId, attempt: trial.attempt, task: taskSha, context: contextSha };
     this.toAdd.push({ job, jobId: jobIdOf(ctx.runId, trial.trialId) });
     await this.flush();
