@@ -202,8 +202,8 @@ export class SlotService {
       image = this.options.runtime.resolveImage({
         image: spec.dockerImage ?? (spec.buildContext ? null : this.options.defaultImage),
         buildContext: spec.buildContext,
+        // The server's own task files (not an upload): built as the trial pipeline builds them.
         buildTimeoutMs: spec.buildTimeoutSec * 1000,
-        buildNetwork: false,
         onProgress: (line) => this.options.logger.debug(line, { taskId: task.id }),
       });
       this.images.set(task.id, image);
