@@ -189,26 +189,17 @@ export class Batches {
   private async prepare(batch: QueuedBatch): Promise<PreparedRun> {
     const uploadDir = join(batch.dir, UPLOAD_DIR);
     const loaded = await this.load(uploadDir);
-    if (loaded.agent.kind === "image") {
-      const runtime = await this.buildImage(batch, loaded.agent.dir);
-      return {
-        tasks: loaded.tasks,
-        agent: { kind: "image", dir: loaded.agent.dir },
-        runtime,
-        defaultImage: this.options.defaultImage,
-        limits: this.options.limits,
-        sources: [uploadDir],
-      };
-    }
-    return {
+    const common = {
       tasks: loaded.tasks,
-      agent: { kind: "code", dir: loaded.agent.dir, ...this.modelProxySpec(batch.record.model) },
-      runtime: this.options.runtime,
       defaultImage: this.options.defaultImage,
       ...(this.options.isolateVerifier !== undefined ? { isolateVerifier: this.options.isolateVerifier } : {}),
       limits: this.options.limits,
       sources: [uploadDir],
     };
+    if (loaded.agent.kind === "image") {
+      return { ...common, agent: { kind: "image", dir: loaded.agent.dir }, runtime: await this.buildImage(batch, loaded.agent.dir) };
+    }
+    return { ...common, agent: { kind: "code", dir: loaded.agent.dir, ...this.modelProxySpec(batch.record.model) }, runtime: this.options.runtime };
   }
 
   private async extract(stream: Readable, destDir: string): Promise<void> {
