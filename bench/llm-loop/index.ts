@@ -36,10 +36,10 @@ const percentile = (xs: number[], p: number) => {
 };
 
 const root = await mkdtemp(join(tmpdir(), "proctor-bench-llm-"));
-const child = spawn(process.execPath, [...process.execArgv, join(import.meta.dirname, "model-server.ts"), "--turns", String(turns)], { stdio: ["pipe", "pipe", "inherit"] });
+const child = spawn(process.execPath, [...process.execArgv, join(import.meta.dirname, "child.ts"), "--turns", String(turns)], { stdio: ["pipe", "pipe", "inherit"] });
 const [firstLine] = (await Promise.race([
   once(createInterface({ input: child.stdout }), "line"),
-  once(child, "exit").then(([code]) => Promise.reject(new Error(`bench/llm-loop/model-server.ts exited with ${code} before printing its URL`))),
+  once(child, "exit").then(([code]) => Promise.reject(new Error(`bench/llm-loop/child.ts (the model server) exited with ${code} before printing its URL`))),
 ])) as [string];
 const server = { baseUrl: firstLine.trim(), close: async () => { child.stdin.end(); await once(child, "exit"); } };
 try {
