@@ -9,6 +9,7 @@ import type { FastifyInstance, FastifyReply } from "fastify";
 import { WebSocket, WebSocketServer } from "ws";
 import type { RequestAuthenticator } from "./auth";
 import type { QueuedBatch, RunQueue } from "@proctor/engine";
+import { AGENT_IMAGE_DIR } from "./agent-image";
 import { UPLOAD_DIR } from "./store";
 import { UiSessions, sessionCookie, sessionIdFrom } from "./ui-sessions";
 
@@ -53,13 +54,13 @@ function sameOrigin(headers: IncomingMessage["headers"]): boolean {
   }
 }
 
-/** prompt.md / instruction.md of a task in the batch's upload (tasks/ at its root or one directory down); never agent_code/. */
+/** prompt.md / instruction.md of a task in the batch's upload (tasks/ at its root or one directory down); never from agent_code/ or agent_image/. */
 async function uploadInstruction(run: RunDir, taskId: string): Promise<string | null> {
   if (taskId.includes("/") || taskId.includes("\\") || taskId === ".." || taskId === ".") return null;
   const upload = join(run.dir, UPLOAD_DIR);
   const roots = [upload];
   for (const entry of await readdir(upload, { withFileTypes: true }).catch(() => [])) {
-    if (entry.isDirectory() && entry.name !== "agent_code" && entry.name !== "tasks") roots.push(join(upload, entry.name));
+    if (entry.isDirectory() && !["agent_code", AGENT_IMAGE_DIR, "tasks"].includes(entry.name)) roots.push(join(upload, entry.name));
   }
   for (const root of roots) {
     for (const name of ["prompt.md", "instruction.md"]) {
