@@ -3,7 +3,7 @@ import type { ChildProcess } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { finish, helloSubmission, spawnProctor } from "./test-support";
+import { finish, helloSubmission, listeningUrl, spawnProctor } from "./test-support";
 
 const ALICE = "5GrwvaEF5zXb26Fz9rcQpDWS57CtERHpNehXCPcNoHGKutQY";
 const cli = spawnProctor;
@@ -18,15 +18,7 @@ beforeAll(async () => {
   archive = await helloSubmission(work);
 
   server = cli(["serve", "--port", "0", "--data-dir", join(work, "data"), "--runtime", "local", "--unsafe-local-runtime", "--no-isolate-verifier", "--allow-local-repos"], { PROCTOR_HOTKEYS: ALICE });
-  url = await new Promise<string>((done, fail) => {
-    let seen = "";
-    server.stderr?.on("data", (c: Buffer) => {
-      seen += c.toString();
-      const m = /listening on (http:\/\/\S+)/.exec(seen);
-      if (m?.[1]) done(m[1]);
-    });
-    server.on("close", (code) => fail(new Error(`serve exited ${code}: ${seen}`)));
-  });
+  url = await listeningUrl(server);
 });
 
 afterAll(async () => {

@@ -59,3 +59,16 @@ export async function helloSubmission(work: string): Promise<string> {
   execFileSync("tar", ["-czf", archive, "-C", sub, "."]);
   return archive;
 }
+
+/** The URL a `proctor serve` child prints once it listens; rejects (with its stderr) if it exits first. */
+export function listeningUrl(server: ChildProcess): Promise<string> {
+  return new Promise<string>((done, fail) => {
+    let seen = "";
+    server.stderr?.on("data", (c: Buffer) => {
+      seen += c.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(seen);
+      if (m?.[1]) done(m[1]);
+    });
+    server.on("close", (code) => fail(new Error(`serve exited ${code}: ${seen}`)));
+  });
+}

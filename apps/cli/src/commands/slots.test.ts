@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { dockerTestGate } from "@proctor/sandbox-docker";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { finish, repoRoot, spawnProctor } from "../test-support";
+import { finish, listeningUrl, repoRoot, spawnProctor } from "../test-support";
 
 const docker = await dockerTestGate();
 const TOKEN = "cli-slots-token-0123456789abcdef";
@@ -24,15 +24,7 @@ describe.skipIf(!docker)("proctor slots against proctor serve --slots (Docker)",
       ["serve", "--port", "0", "--data-dir", join(work, "data"), "--auth", "token", "--runtime", "docker", "--slots", "--slots-per-sandbox", "2", "--slots-max-sandboxes", "1", "--slots-acquire-timeout-s", "1", "--slots-tasks-dir", join(repoRoot, "examples/tasks")],
       { PROCTOR_TOKENS: `${TOKEN},${OTHER}` },
     );
-    url = await new Promise<string>((done, fail) => {
-      let seen = "";
-      server.stderr?.on("data", (c: Buffer) => {
-        seen += c.toString();
-        const m = /listening on (http:\/\/\S+)/.exec(seen);
-        if (m?.[1]) done(m[1]);
-      });
-      server.on("close", (code) => fail(new Error(`serve exited ${code}: ${seen}`)));
-    });
+    url = await listeningUrl(server);
   }, 120_000);
 
   afterAll(async () => {

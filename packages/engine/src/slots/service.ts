@@ -13,8 +13,8 @@ import {
   SlotPathError,
   SlotPool,
   SlotPoolExhaustedError,
-  type SandboxRuntime,
   type Slot,
+  type SlotPoolOptions,
   type SlotRepo,
 } from "@proctor/sandbox";
 import { loadTasks } from "@proctor/tasks";
@@ -48,16 +48,11 @@ export class SlotServiceError extends EngineError {
 
 const badRequest = (message: string) => new SlotServiceError(400, "bad_request", message);
 
-export interface SlotServiceOptions {
-  runtime: SandboxRuntime;
+/** The pool settings are SlotPool's, for every (credential, image) pool the service keeps. */
+export interface SlotServiceOptions
+  extends Pick<SlotPoolOptions, "runtime" | "slotsPerSandbox" | "minSandboxes" | "maxSandboxes" | "acquireTimeoutMs" | "idleTimeoutMs" | "maxLifetimeMs"> {
   /** Image of slots that name neither an image nor a task. */
   defaultImage: string;
-  slotsPerSandbox?: number;
-  minSandboxes?: number;
-  maxSandboxes?: number;
-  acquireTimeoutMs?: number;
-  idleTimeoutMs?: number;
-  maxLifetimeMs?: number;
   /**
    * Tasks a slot may name (`task`), loaded once at start: a task dir, a dir of task dirs, or a
    * SWE-bench / SWE-smith dataset file (.jsonl/.json). verify runs their tests.
