@@ -2,8 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { SlotService, SlotServiceError, type SlotEntry, type SlotServiceOptions } from "@proctor/engine";
 import { SandboxError, type ExecCommand, type ExecResult } from "@proctor/sandbox";
 import { z } from "zod";
-import type { RequestAuthenticator } from "./auth";
-import { principalKey } from "./auth";
+import { principalKey, type RequestAuthenticator } from "@proctor/auth";
 import { BadRequestError, NotFoundError, ServerError } from "./errors";
 
 /**

@@ -2,16 +2,14 @@ import { readFile, readdir } from "node:fs/promises";
 import type { IncomingMessage } from "node:http";
 import { basename, join } from "node:path";
 import type { Duplex } from "node:stream";
-import { RequestAuthError } from "@proctor/auth";
+import { RequestAuthError, UiSessions, sessionCookie, sessionIdFrom, type RequestAuthenticator } from "@proctor/auth";
 import type { Logger } from "@proctor/schema";
 import { answerApi, readViewerAsset, RunDir, type RunSource } from "@proctor/viewer";
 import type { FastifyInstance, FastifyReply } from "fastify";
 import { WebSocket, WebSocketServer } from "ws";
-import type { RequestAuthenticator } from "./auth";
 import type { QueuedBatch, RunQueue } from "@proctor/engine";
 import { AGENT_IMAGE_DIR } from "./agent-image";
 import { UPLOAD_DIR } from "./store";
-import { UiSessions, sessionCookie, sessionIdFrom } from "./ui-sessions";
 
 declare module "fastify" {
   interface FastifyContextConfig {
