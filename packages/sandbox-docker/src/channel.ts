@@ -445,7 +445,8 @@ export class ExecChannel {
         if (exitCode === null) {
           // The wrapper died without a status (the container stopped, or a process killed it):
           // like a docker exec cut off by a stopped container, the exit code is unknown.
-          if (await host.isRunning().catch(() => false)) void killTree();
+          // A daemon that stopped answering fails the exec (RuntimeUnavailableError), as docker exec's inspect would.
+          if (await host.isRunning()) void killTree();
           exitCode = -1;
           for (const fifo of [out, err]) if (fifo.dummy >= 0) {
             void closeFd(fifo.dummy);

@@ -16,7 +16,7 @@ import {
   type SandboxRuntime,
 } from "@proctor/sandbox";
 import { silentLogger, type Logger } from "@proctor/schema";
-import { daemonMessage, statusCode } from "./docker-errors";
+import { daemonMessage, isConnectionError, statusCode } from "./docker-errors";
 import { ImageResolver } from "./image";
 import { currentOwnerLabel, ownerIsGone, parseOwner } from "./owner";
 import { WarmPool } from "./pool";
@@ -354,7 +354,7 @@ export class DockerRuntime implements SandboxRuntime {
       });
     } catch (error) {
       await channel?.close();
-      throw new SandboxStartError(`Creating a container from "${spec.image}" failed: ${daemonMessage(error)}`, { cause: error });
+      throw startFailure(`Creating a container from "${spec.image}" failed: ${daemonMessage(error)}`, error);
     }
     const sandbox = new DockerSandbox(container, spec.workdir, spec.imageUser, this.logger, (removal) => this.trackRemoval(removal), channel);
     sandbox.hostSocketForwarder = (path, port) => startHostSocketForwarder(this.docker, container, path, port, { image: this.forwarderImage, logger: this.logger });
@@ -369,10 +369,7 @@ export class DockerRuntime implements SandboxRuntime {
     } catch (error) {
       await sandbox.kill().catch((cleanup: unknown) => this.logger.warn("removing a container that failed to start failed", { id: container.id, error: daemonMessage(cleanup) }));
       if (error instanceof SandboxError) throw error;
-      throw new SandboxStartError(
-        `Starting a container from "${spec.image}" failed: ${daemonMessage(error)}.`,
-        { cause: error },
-      );
+      throw startFailure(`Starting a container from "${spec.image}" failed: ${daemonMessage(error)}.`, error);
     }
     this.logger.debug("started sandbox", { id: container.id, image: spec.image, workdir: spec.workdir });
     return sandbox;
@@ -412,4 +409,15 @@ function containerName(trial: string | undefined): string {
   const suffix = randomBytes(4).toString("hex");
   const base = (trial ?? "sandbox").replace(/[^a-zA-Z0-9_.-]+/g, "-").replace(/^[^a-zA-Z0-9]+/, "").slice(0, 48);
   return `proctor-${base || "sandbox"}-${suffix}`;
+}
+
+/**
+ * A container that could not be created or started: RuntimeUnavailableError when the daemon did
+ * not answer (the engine waits for it before the retry; a restart outlasts a plain backoff),
+ * else SandboxStartError.
+ */
+function startFailure(message: string, error: unknown): SandboxError {
+  return isConnectionError(error)
+    ? new RuntimeUnavailableError(`${message.replace(/\.?$/, ".")} The Docker daemon stopped answering; the trial is retried once it is back.`, { cause: error })
+    : new SandboxStartError(message, { cause: error });
 }

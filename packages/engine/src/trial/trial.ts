@@ -26,13 +26,23 @@ export function isRetryableInfra(error: unknown): boolean {
 
 /** How long a retry waits for a runtime that stopped answering (a daemon restart) to come back. */
 const RUNTIME_RETURN_MS = 120_000;
+/**
+ * Runs of a trial cut short by the runtime itself (it stopped answering, or stopped the sandbox)
+ * that do not count toward maxInfraRetries: one daemon restart can break several runs in a row
+ * (while it shuts down, and while it starts), and none of that is the trial's doing.
+ */
+const RUNTIME_OUTAGE_RETRIES = 5;
 
-/** After the runtime dropped out, wait (bounded) until it answers again, so the retry is not wasted. */
-async function waitForRuntime(env: TrialEnvironment, signal: AbortSignal): Promise<void> {
+/** After the runtime dropped out, wait (bounded) until it answers again, so the retry is not wasted; true once it answers. */
+async function waitForRuntime(env: TrialEnvironment, signal: AbortSignal): Promise<boolean> {
   const available = env.runtime.available?.bind(env.runtime);
-  if (!available) return;
+  if (!available) return false;
   const until = Date.now() + RUNTIME_RETURN_MS;
-  while (!signal.aborted && Date.now() < until && !(await available())) await env.clock.sleep(1000, signal).catch(() => undefined);
+  for (;;) {
+    if (await available()) return true;
+    if (signal.aborted || Date.now() >= until) return false;
+    await env.clock.sleep(1000, signal).catch(() => undefined);
+  }
 }
 
 /** The whole-trial deadline passed; the trial ends as an infra error. */
@@ -87,17 +97,24 @@ export async function runTrial(task: TaskSpec, attempt: number, env: TrialEnviro
   const trialId = trialIdOf(task.id, attempt);
   const startedAt = new Date();
   let retries = 0;
+  let outages = 0;
   let outcome: AttemptState;
   try {
     outcome = await retry(
       async (n) => {
-        retries = n - 1;
-        env.emit({ type: "trial_started", trialId, taskId: task.id, data: { attempt, retry: retries } });
-        try {
-          return await runAttempt(task, trialId, env, signal);
-        } catch (error) {
-          if (error instanceof RuntimeUnavailableError || error instanceof SandboxLostError) await waitForRuntime(env, signal);
-          throw error;
+        for (;;) {
+          retries = n - 1 + outages;
+          env.emit({ type: "trial_started", trialId, taskId: task.id, data: { attempt, retry: retries } });
+          try {
+            return await runAttempt(task, trialId, env, signal);
+          } catch (error) {
+            if (!(error instanceof RuntimeUnavailableError || error instanceof SandboxLostError)) throw error;
+            const back = await waitForRuntime(env, signal);
+            if (!back || signal.aborted || outages >= RUNTIME_OUTAGE_RETRIES) throw error;
+            outages++;
+            env.logger.warn("the runtime dropped out; running the trial again once it is back", { trialId, outage: outages, error: message(error) });
+            env.emit({ type: "trial_retry", trialId, taskId: task.id, data: { retry: retries + 1, delayMs: 0, message: message(error) } });
+          }
         }
       },
       {
