@@ -5,6 +5,14 @@ set -euo pipefail
 
 answers() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 
+# getfattr lets the Docker runtime read a container's changes from its overlay layers (a few ms)
+# instead of the daemon's walk of the whole image (~0.7 s per container); without it, the slow way.
+if ! command -v getfattr >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  echo "docker engine: installing Debian's attr (getfattr)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq attr >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq attr >/dev/null; }
+fi
+
 if answers; then
   echo "docker engine: already running ($(docker version --format '{{.Server.Version}}'))"
   exit 0

@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
-import { mkdir, readFile, stat } from "node:fs/promises";
+import { constants } from "node:fs";
+import { access, mkdir, readFile, stat } from "node:fs/promises";
 import { basename, posix } from "node:path";
 import type { IncomingMessage } from "node:http";
 import type { Duplex, Readable } from "node:stream";
@@ -30,6 +31,7 @@ import { FrameDemuxer } from "./frames";
 import { EXEC_MARKER, KILL_TREE_SCRIPT } from "./kill-tree";
 import { extractBounded } from "./extract-bounded";
 import { LIST_PROCESSES_SCRIPT, parseProcessListing } from "./processes";
+import { overlayLayersOf, readOverlayChanges, type OverlayLayers } from "./overlay-changes";
 import { startAndWaitReady } from "./ready";
 import { DOCKER_CAPABILITIES } from "./capabilities";
 import { TRUSTED_BUSYBOX } from "./toolchain";
@@ -38,6 +40,8 @@ import type { ExecChannel } from "./channel";
 const DEFAULT_MAX_READ_BYTES = 10 * 1024 * 1024;
 /** The channel's commands run as root: it serves images whose USER is root (or unset) only. */
 const ROOT_USER = /^(|0|root)(:(0|root))?$/;
+/** Host-wide reasons the overlay reader cannot serve `changes()`, each logged once. */
+const slowChangesReasons = new Set<string>();
 /** How long a removal waits for a restarting daemon. */
 const DAEMON_RETURN_MS = 120_000;
 /** How long to wait for the output streams to close after the process tree was killed. */
@@ -54,6 +58,7 @@ export class DockerSandbox implements Sandbox {
   private killing: Promise<void> | undefined;
   private closed = false;
   private killHooks: (() => void)[] = [];
+  private layers: Promise<OverlayLayers | string> | undefined;
 
   constructor(
     private readonly container: Dockerode.Container,
@@ -305,6 +310,17 @@ export class DockerSandbox implements Sandbox {
 
   async changes(): Promise<FileChange[]> {
     this.assertOpen("changes");
+    // The overlay reader gives the daemon's answer without its walk of the whole image; when it
+    // cannot, say why (a host-wide reason once) and ask the daemon.
+    const layers = await this.overlayLayers();
+    const read = typeof layers === "string" ? { unavailable: layers } : await readOverlayChanges(layers);
+    if ("changes" in read) return read.changes;
+    const hostWide = typeof layers === "string" || read.unavailable.startsWith("getfattr is not installed");
+    if (!hostWide) this.logger.debug("listing container changes through the Docker API", { id: this.id, reason: read.unavailable });
+    else if (!slowChangesReasons.has(read.unavailable)) {
+      slowChangesReasons.add(read.unavailable);
+      this.logger.info("listing container changes through the Docker API, which is slower", { reason: read.unavailable });
+    }
     let list: { Path: string; Kind: number }[] | null;
     try {
       list = (await this.container.changes()) as { Path: string; Kind: number }[] | null;
@@ -313,6 +329,25 @@ export class DockerSandbox implements Sandbox {
     }
     const kinds = ["modified", "added", "deleted"] as const;
     return (list ?? []).map((c) => ({ path: c.Path, kind: kinds[c.Kind] ?? "modified" }));
+  }
+
+  /** The container's overlay2 layer dirs when this host can read them, else why not (asked once). */
+  private overlayLayers(): Promise<OverlayLayers | string> {
+    this.layers ??= this.container.inspect().then(
+      async (info) => {
+        const layers = overlayLayersOf(info.GraphDriver);
+        if (typeof layers === "string") return layers;
+        return access(layers.upper, constants.R_OK | constants.X_OK).then(
+          () => layers,
+          () => `${layers.upper} is not readable here (the daemon runs elsewhere, or this process is not root)`,
+        );
+      },
+      (error: unknown) => {
+        this.layers = undefined; // ask again next time
+        return `inspect failed: ${daemonMessage(error)}`;
+      },
+    );
+    return this.layers;
   }
 
   async diskUsageBytes(): Promise<number> {

@@ -1,0 +1,120 @@
+import { execFile } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import Dockerode from "dockerode";
+import type { FileChange } from "@proctor/sandbox";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { dockerTestGate } from "./gate";
+import { overlayLayersOf, readOverlayChanges, type OverlayLayers } from "./overlay-changes";
+import { DockerRuntime } from "./runtime";
+import type { DockerSandbox } from "./sandbox";
+import { BUSYBOX, testContainers } from "./test-helpers";
+
+const docker = new Dockerode();
+const run = await dockerTestGate(docker);
+const BASE = "proctor/base:bookworm";
+/** Three layers over busybox: a deleted file and a directory deleted and made again (a whiteout and an opaque dir in the image). */
+const LAYERED = `proctor-test/overlay-layers:${process.pid}`;
+const DOCKERFILE = `FROM ${BUSYBOX}
+RUN mkdir -p /d/e /keep/sub && touch /d/e/f /d/old /keep/sub/x /keep/y
+RUN rm /bin/ls && rm -rf /d && mkdir -p /d && touch /d/g && rm /keep/y
+RUN echo layer3 > /d/h
+`;
+
+const sorted = (changes: FileChange[]) => changes.map((c) => `${c.kind} ${c.path}`).sort();
+
+describe.skipIf(!run)("a container's changes read from its overlay layers", () => {
+  const tracked = testContainers(docker, "overlay");
+  const runtime = new DockerRuntime({ docker, warmPool: 0, lifetimeStepMs: 1000 });
+  let context: string;
+
+  beforeAll(async () => {
+    context = await mkdtemp(join(tmpdir(), "proctor-overlay-"));
+    await writeFile(join(context, "Dockerfile"), DOCKERFILE);
+    await promisify(execFile)("docker", ["build", "-q", "-t", LAYERED, context]);
+  });
+  afterAll(async () => {
+    await runtime.drain();
+    await tracked.cleanup();
+    await docker.getImage(LAYERED).remove({ force: true }).catch(() => undefined);
+    await rm(context, { recursive: true, force: true });
+  });
+
+  /** The daemon's answer (its full walk of both trees), the reference. */
+  async function daemonChanges(container: { id: string }): Promise<string[]> {
+    const list = (await docker.getContainer(container.id).changes()) as unknown;
+    const kinds = ["modified", "added", "deleted"] as const;
+    return sorted((Array.isArray(list) ? (list as { Path: string; Kind: number }[]) : []).map((c) => ({ path: c.Path, kind: kinds[c.Kind] ?? "modified" })));
+  }
+
+  async function layersOf(container: { id: string }): Promise<OverlayLayers> {
+    const layers = overlayLayersOf((await docker.getContainer(container.id).inspect()).GraphDriver);
+    if (typeof layers === "string") throw new Error(layers);
+    return layers;
+  }
+
+  async function sandboxAfter(image: string, script: string): Promise<DockerSandbox> {
+    const sandbox = (await runtime.create({ image, labels: tracked.labels })) as DockerSandbox;
+    const result = await sandbox.exec(["sh", "-c", script], { user: "0" });
+    expect(result.stderr).toBe("");
+    expect(result.exitCode).toBe(0);
+    return sandbox;
+  }
+
+  /** A container with Docker's default capabilities (a sandbox has no CAP_SETFCAP) after `script`. */
+  async function containerAfter(image: string, script: string): Promise<{ id: string }> {
+    const container = await docker.createContainer({ Image: image, Cmd: ["sleep", "infinity"], Labels: tracked.labels, HostConfig: { NetworkMode: "none" } });
+    await container.start();
+    const exec = await container.exec({ Cmd: ["sh", "-c", script], AttachStdout: true, AttachStderr: true });
+    const stream = await exec.start({});
+    const output: Buffer[] = [];
+    stream.on("data", (chunk: Buffer) => output.push(chunk));
+    await new Promise((resolve) => stream.on("end", resolve));
+    const { ExitCode } = await exec.inspect();
+    if (ExitCode !== 0) throw new Error(`the test's script failed (exit ${ExitCode}): ${Buffer.concat(output).toString("utf8")}`);
+    return container;
+  }
+
+  it("equals the daemon's diff for files added, edited, re-owned, re-timed, given capabilities, linked and deleted", async () => {
+    const container = await containerAfter(
+      BASE,
+      [
+        `touch "/tmp/new\nline\\\\back" /tmp/é /usr/share/zz && rm /usr/share/zz`,
+        "rm /etc/debian_version && mkdir -p /new/deep/dir && mv /usr/share/doc/bash /usr/share/doc/bash2",
+        "chmod 700 /usr/share/doc/apt && echo > /usr/lib/os-release && touch /usr/bin/ls && chown 5 /usr/bin/cat",
+        "ln -s /etc/passwd /root/link && ln -s /nonexistent /root/dangling && ln /usr/bin/true /usr/bin/true2 && mkfifo /tmp/fifo",
+        "cp /usr/bin/env /tmp/env && cp /tmp/env /usr/bin/env && touch -d @0 /usr/bin/env",
+        `python3 -c 'import os; os.setxattr("/usr/bin/dash", "security.capability", bytes.fromhex("0100000200200000000000000000000000000000"))'`,
+      ].join(" && "),
+    );
+    const read = await readOverlayChanges(await layersOf(container));
+    if (!("changes" in read)) throw new Error(`the overlay reader did not answer: ${read.unavailable}`);
+    const reference = await daemonChanges(container);
+    expect(reference).toEqual(expect.arrayContaining(["deleted /etc/debian_version", "modified /usr/bin/dash", "modified /usr/bin/env", "added /usr/share/doc/bash2/copyright"]));
+    expect(sorted(read.changes)).toEqual(reference);
+  });
+
+  it("equals the daemon's diff over an image whose own layers deleted files and remade a directory", async () => {
+    const sandbox = await sandboxAfter(LAYERED, "touch /bin/ls && mkdir -p /d/e && touch /d/e/f /d/g /keep/y && echo >> /d/h && rm /keep/sub/x && chmod 700 /keep && rm /d/h");
+    const read = await readOverlayChanges(await layersOf(sandbox));
+    if (!("changes" in read)) throw new Error(`the overlay reader did not answer: ${read.unavailable}`);
+    const reference = await daemonChanges(sandbox);
+    expect(sorted(await sandbox.changes())).toEqual(reference);
+    // /bin/ls was deleted by the image and /d/e hidden by its remade /d: both are new to the container.
+    expect(reference).toEqual(expect.arrayContaining(["added /bin/ls", "added /d/e", "added /keep/y", "deleted /d/h", "deleted /keep/sub/x", "modified /d/g"]));
+    expect(sorted(read.changes)).toEqual(reference);
+    await sandbox.kill();
+  });
+
+  it("leaves a directory deleted and made again to the daemon, which lists the files it hid", async () => {
+    const sandbox = await sandboxAfter(BASE, "rm -rf /usr/share/doc/apt && mkdir /usr/share/doc/apt && echo x > /usr/share/doc/apt/changelog.gz");
+    const read = await readOverlayChanges(await layersOf(sandbox));
+    expect(read).toEqual({ unavailable: "/usr/share/doc/apt is an opaque directory (deleted and made again)" });
+    const reference = await daemonChanges(sandbox);
+    expect(reference).toContain("deleted /usr/share/doc/apt/copyright");
+    expect(sorted(await sandbox.changes())).toEqual(reference);
+    await sandbox.kill();
+  });
+});
