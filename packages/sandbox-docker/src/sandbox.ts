@@ -40,6 +40,26 @@ import type { ExecChannel } from "./channel";
 const DEFAULT_MAX_READ_BYTES = 10 * 1024 * 1024;
 /** The channel's commands run as root: it serves images whose USER is root (or unset) only. */
 const ROOT_USER = /^(|0|root)(:(0|root))?$/;
+/**
+ * The container's OOM kill count read from its memory cgroup on this host (its init's
+ * /proc/<pid>/cgroup names it; the path must hold the container's id, so a reused pid is never
+ * read), or null when this host cannot see it (a remote daemon) and the caller asks inside.
+ */
+export async function oomKillsOnHost(pid: number, id: string): Promise<number | null> {
+  if (!(pid > 0)) return null;
+  try {
+    const lines = (await readFile(`/proc/${pid}/cgroup`, "utf8")).split("\n");
+    const v1 = lines.map((line) => /^\d+:(?:[^:]*,)?memory(?:,[^:]*)?:(.*)$/.exec(line)?.[1]).find((path) => path !== undefined);
+    const v2 = lines.map((line) => /^0::(.*)$/.exec(line)?.[1]).find((path) => path !== undefined);
+    const file = v1 !== undefined ? `/sys/fs/cgroup/memory${v1}/memory.oom_control` : v2 !== undefined ? `/sys/fs/cgroup${v2}/memory.events` : null;
+    if (!file || !file.includes(id)) return null;
+    const match = /^oom_kill (\d+)$/m.exec(await readFile(file, "utf8"));
+    return match ? Number(match[1]) : null;
+  } catch {
+    return null; // not visible from here: the caller reads it inside the container
+  }
+}
+
 /** Host-wide reasons the overlay reader cannot serve `changes()`, each logged once. */
 const slowChangesReasons = new Set<string>();
 /** How long a removal waits for a restarting daemon. */
@@ -361,10 +381,13 @@ export class DockerSandbox implements Sandbox {
   }
 
   async outOfMemoryKills(): Promise<number> {
-    if (!(await this.isRunning())) {
-      const info = await this.container.inspect().catch(() => null);
-      return info?.State.OOMKilled ? 1 : 0;
-    }
+    const info = await this.container.inspect().catch((error: unknown) => {
+      if (statusCode(error) === 404) return null;
+      throw this.failure("inspecting the container", error);
+    });
+    if (!info?.State.Running || this.closed) return info?.State.OOMKilled ? 1 : 0;
+    const fromHost = await oomKillsOnHost(info.State.Pid, info.Id);
+    if (fromHost !== null) return fromHost;
     // cgroup v2 memory.events, else v1 memory.oom_control: both count kills as "oom_kill N".
     const result = await this.exec([TRUSTED_BUSYBOX, "sh", "-c", "cat /sys/fs/cgroup/memory.events 2>/dev/null || cat /sys/fs/cgroup/memory/memory.oom_control"], { user: "0", timeoutMs: 30_000 });
     const match = /^oom_kill (\d+)$/m.exec(result.stdout);
