@@ -3,9 +3,10 @@ import type { Sandbox } from "@proctor/sandbox";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dockerTestGate } from "./gate";
 import { DockerRuntime } from "./runtime";
-import { parseProcessListing } from "./processes";
+import { LIST_PROCESSES_SCRIPT, listProcessesOnHost, parseProcessListing } from "./processes";
+import type { DockerSandbox } from "./sandbox";
 import { BUSYBOX, testContainers, until } from "./test-helpers";
-import { isStaticElf } from "./toolchain";
+import { isStaticElf, TRUSTED_BUSYBOX } from "./toolchain";
 
 const docker = new Dockerode();
 const run = await dockerTestGate(docker);
@@ -75,6 +76,22 @@ describe.skipIf(!run)("Docker sandbox isolation primitives", () => {
     await sandbox.killAll!();
     expect(await sandbox.processes!()).toEqual([]);
     expect((await sandbox.exec(["cat", "/app/file"])).stdout).toBe("kept\n");
+  });
+
+  it("lists from the host what the listing script lists inside, pids in the container's namespace", async () => {
+    await sandbox.exec({ shell: "(setsid env -i python3 -m http.server 8124 >/dev/null 2>&1 &); (setsid bash -c 'exec -a \"odd (name) x\" sleep 300' &); (sleep 301 &); sleep 1" }, { user: "0" });
+    const info = await docker.getContainer((sandbox as DockerSandbox).id).inspect();
+    const keepAlive = (sandbox as DockerSandbox).keepAlivePid;
+    const host = await listProcessesOnHost(info.State.Pid, info.Id);
+    if (host === null) throw new Error("this host could not read the container's cgroup");
+    const inside = await sandbox.exec([TRUSTED_BUSYBOX, "sh", "-c", LIST_PROCESSES_SCRIPT], { user: "0" });
+    const listed = parseProcessListing(host, keepAlive);
+    expect(listed.map((p) => p.command)).toEqual(expect.arrayContaining(["python3 -m http.server 8124", "odd (name) x 300", "sleep 301"]));
+    expect(listed.find((p) => p.command.includes("8124"))?.ports).toEqual([8124]);
+    expect(listed).toEqual(parseProcessListing(inside.stdout, keepAlive));
+    // Another container's pid is never read as this one's.
+    expect(await listProcessesOnHost(process.pid, info.Id)).toBeNull();
+    await sandbox.killAll!();
   });
 
   it("reports files changed against the image, as the daemon sees them", async () => {

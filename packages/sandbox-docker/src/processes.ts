@@ -1,3 +1,4 @@
+import { readdir, readFile, readlink } from "node:fs/promises";
 import type { SandboxProcess } from "@proctor/sandbox";
 
 /**
@@ -81,4 +82,82 @@ export function parseProcessListing(output: string, keepAlivePid: number): Sandb
   const own = (p: SandboxProcess) =>
     p.pid === 1 || p.pid === self || p.ppid === self || (keepAlivePid > 0 && (p.pid === keepAlivePid || p.ppid === keepAlivePid));
   return [...processes.values()].filter((p) => !own(p)).sort((x, y) => x.pid - y.pid);
+}
+
+/**
+ * LIST_PROCESSES_SCRIPT's output (less its SELF line: nothing runs in the container to list
+ * them) read from this host: the container's cgroup (found through its init's /proc/<pid>/cgroup,
+ * which must name the container) lists every process in it, which the agent cannot leave (its
+ * cgroup filesystem is read-only); pids and ppids are translated into the container's pid
+ * namespace (NSpid), so the parse and its exclusions are the same. Three passes, like the script's,
+ * so a process re-forking to a new pid every few ms is still seen. Null when this host cannot see
+ * the container (a daemon elsewhere): the caller runs the script inside.
+ */
+export async function listProcessesOnHost(initPid: number, containerId: string): Promise<string | null> {
+  if (!(initPid > 0)) return null;
+  let procsFile: string;
+  let level: number;
+  try {
+    const lines = (await readFile(`/proc/${initPid}/cgroup`, "utf8")).split("\n");
+    const v1 = lines.map((line) => /^\d+:(?:[^:]*,)?pids(?:,[^:]*)?:(.*)$/.exec(line)?.[1]).find((path) => path !== undefined);
+    const v2 = lines.map((line) => /^0::(.*)$/.exec(line)?.[1]).find((path) => path !== undefined);
+    const dir = v1 !== undefined ? `/sys/fs/cgroup/pids${v1}` : v2 !== undefined ? `/sys/fs/cgroup${v2}` : null;
+    if (!dir?.includes(containerId)) return null;
+    procsFile = `${dir}/cgroup.procs`;
+    // The container's level in the NSpid lists: its init is pid 1 there.
+    const nspid = nsPids(await readFile(`/proc/${initPid}/status`, "utf8"));
+    level = nspid.lastIndexOf(1);
+    if (level < 1) return null;
+  } catch {
+    return null; // not visible from here
+  }
+
+  const seen = new Map<number, { pid: number; ppid: number; comm: string; state: string }>();
+  for (let pass = 0; pass < 3; pass++) {
+    const pids = (await readFile(procsFile, "utf8")).split("\n").filter(Boolean).map(Number);
+    await Promise.all(
+      pids.map(async (hostPid) => {
+        const read = await Promise.all([readFile(`/proc/${hostPid}/stat`, "utf8"), readFile(`/proc/${hostPid}/status`, "utf8")]).catch(() => null);
+        if (!read) return; // gone since the cgroup listed it
+        const [stat, status] = read;
+        const open = stat.indexOf("(");
+        const close = stat.lastIndexOf(")");
+        const [state = "?", ppid = "0"] = stat.slice(close + 2).split(" ");
+        const pid = nsPids(status)[level];
+        if (pid !== undefined) seen.set(hostPid, { pid, ppid: Number(ppid), comm: stat.slice(open + 1, close), state });
+      }),
+    );
+  }
+  const inContainer = new Map([...seen].map(([hostPid, p]) => [hostPid, p.pid]));
+  const out: string[] = [];
+  for (const p of seen.values()) out.push(`T ${p.pid} (${p.comm}) ${p.state} ${inContainer.get(p.ppid) ?? 0}`);
+  let netOf: number | null = null;
+  const details = await Promise.all(
+    [...seen].map(async ([hostPid, p]) => {
+      const cmdline = await readFile(`/proc/${hostPid}/cmdline`).catch(() => null);
+      if (cmdline === null) return []; // gone: it stays under its short name
+      netOf ??= hostPid;
+      const fds = await readdir(`/proc/${hostPid}/fd`).catch(() => [] as string[]);
+      const links = await Promise.all(fds.map((fd) => readlink(`/proc/${hostPid}/fd/${fd}`).catch(() => "")));
+      const sockets = links.flatMap((link) => /^socket:\[(\d+)\]$/.exec(link)?.slice(1) ?? []);
+      return [`P ${p.pid} ${cmdline.subarray(0, 512).toString("utf8").replace(/\0/g, " ")}`, ...sockets.map((inode) => `S ${p.pid} ${inode}`)];
+    }),
+  );
+  out.push(...details.flat());
+  if (netOf !== null) {
+    for (const name of ["tcp", "tcp6"]) {
+      const table = await readFile(`/proc/${netOf}/net/${name}`, "utf8").catch(() => "");
+      for (const row of table.split("\n").slice(1)) {
+        const [, local, , st, , , , , , inode] = row.trim().split(/\s+/);
+        if (st === "0A" && local && inode) out.push(`L ${local.slice(local.lastIndexOf(":") + 1)} ${inode}`);
+      }
+    }
+  }
+  return out.join("\n");
+}
+
+/** The NSpid line of /proc/<pid>/status: the pid in each pid namespace, outermost first. */
+function nsPids(status: string): number[] {
+  const line = /^NSpid:\s*(.*)$/m.exec(status)?.[1] ?? "";
+  return line.split(/\s+/).filter(Boolean).map(Number);
 }

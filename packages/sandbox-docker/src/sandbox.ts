@@ -30,7 +30,7 @@ import { daemonMessage, isConnectionError, statusCode } from "./docker-errors";
 import { FrameDemuxer } from "./frames";
 import { EXEC_MARKER, KILL_TREE_SCRIPT } from "./kill-tree";
 import { extractBounded } from "./extract-bounded";
-import { LIST_PROCESSES_SCRIPT, parseProcessListing } from "./processes";
+import { LIST_PROCESSES_SCRIPT, listProcessesOnHost, parseProcessListing } from "./processes";
 import { overlayLayersOf, readOverlayChanges, type OverlayLayers } from "./overlay-changes";
 import { startAndWaitReady } from "./ready";
 import { DOCKER_CAPABILITIES } from "./capabilities";
@@ -395,6 +395,11 @@ export class DockerSandbox implements Sandbox {
   }
 
   async processes(): Promise<SandboxProcess[]> {
+    const info = await this.container.inspect().catch((error: unknown) => {
+      throw this.failure("inspecting the container", error);
+    });
+    const fromHost = info.State.Running ? await listProcessesOnHost(info.State.Pid, info.Id) : null;
+    if (fromHost !== null) return parseProcessListing(fromHost, this.keepAlivePid);
     const result = await this.exec([TRUSTED_BUSYBOX, "sh", "-c", LIST_PROCESSES_SCRIPT], { user: "0", timeoutMs: 30_000, maxOutputBytes: 4 * 1024 * 1024 });
     if (result.exitCode !== 0 || result.truncated) {
       throw new SandboxError(`listing the processes in container ${this.id} failed (exit ${result.exitCode}${result.truncated ? ", output cut" : ""}): ${result.stderr.slice(-300)}`);
