@@ -120,14 +120,19 @@ function confirm(dir: string, commit: string): void {
   if (head !== commit || !existsSync(join(dir, "pkg", "mod0", "file_0.py"))) throw new Error(`checkout at ${head}, expected ${commit}`);
 }
 
-async function proctor(commit: string, _n: number): Promise<number> {
-  const start = performance.now();
-  let elapsed = 0;
-  await cache.withCheckout(mirror, commit, async (dir) => {
-    elapsed = performance.now() - start;
-    confirm(dir, commit);
-  });
-  return elapsed;
+/** A first checkout of the commit (its pack built from the mirror), then a repeat one (the kept pack). */
+async function proctor(commit: string): Promise<{ first: number; repeat: number }> {
+  const once = async () => {
+    const start = performance.now();
+    let elapsed = 0;
+    await cache.withCheckout(mirror, commit, async (dir) => {
+      elapsed = performance.now() - start;
+      confirm(dir, commit);
+    });
+    return elapsed;
+  };
+  const first = await once();
+  return { first, repeat: await once() };
 }
 
 function clone(commit: string, n: number, local: boolean): number {
@@ -151,41 +156,52 @@ function worktree(commit: string, n: number): number {
   return elapsed;
 }
 
-// One untimed pass each: the page cache and git's own start-up are warm for all of them.
-await proctor(picks[0] as string, -1);
-clone(picks[0] as string, -1, false);
-clone(picks[0] as string, -1, true);
-worktree(picks[0] as string, -1);
+// One untimed pass each (on the root commit, which no instance uses, so every instance's first
+// checkout really is one): the page cache and git's own start-up are warm for all of them.
+await proctor(history[0] as string);
+clone(history[0] as string, -1, false);
+clone(history[0] as string, -1, true);
+worktree(history[0] as string, -1);
 
-const totals = { proctor: 0, clone: 0, localClone: 0, worktree: 0 };
-type Way = keyof typeof totals;
+const totals = { proctor: 0, repeat: 0, clone: 0, localClone: 0, worktree: 0 };
+type Way = "proctor" | "clone" | "localClone" | "worktree";
 const ways: Way[] = ["proctor", "clone", "localClone", "worktree"];
 const loadBefore = loadavg()[0] ?? 0;
 for (const [n, commit] of picks.entries()) {
   const order = [...ways.slice(n % ways.length), ...ways.slice(0, n % ways.length)];
   for (const way of order) {
-    totals[way] += way === "proctor" ? await proctor(commit, n) : way === "worktree" ? worktree(commit, n) : clone(commit, n, way === "localClone");
+    if (way === "proctor") {
+      const { first, repeat } = await proctor(commit);
+      totals.proctor += first;
+      totals.repeat += repeat;
+    } else {
+      totals[way] += way === "worktree" ? worktree(commit, n) : clone(commit, n, way === "localClone");
+    }
   }
 }
 const loadAfter = loadavg()[0] ?? 0;
 
 const per = (ms: number) => ms / instances;
 console.log(
-  `per instance: Proctor ${per(totals.proctor).toFixed(0)} ms, git clone file:// + checkout ${per(totals.clone).toFixed(0)} ms, ` +
-    `local git clone + checkout ${per(totals.localClone).toFixed(0)} ms, git worktree add ${per(totals.worktree).toFixed(0)} ms (reference)`,
+  `per instance: Proctor first checkout ${per(totals.proctor).toFixed(0)} ms, repeat checkout ${per(totals.repeat).toFixed(0)} ms; ` +
+    `git clone file:// + checkout ${per(totals.clone).toFixed(0)} ms, local git clone + checkout ${per(totals.localClone).toFixed(0)} ms, ` +
+    `git worktree add ${per(totals.worktree).toFixed(0)} ms (reference)`,
 );
 console.log(
-  `ratio Proctor / clone: ${(totals.proctor / totals.clone).toFixed(2)}x (target <= 0.2x); Proctor / local clone: ${(totals.proctor / totals.localClone).toFixed(2)}x; ` +
+  `ratio Proctor / clone: first ${(totals.proctor / totals.clone).toFixed(2)}x, repeat ${(totals.repeat / totals.clone).toFixed(2)}x (target <= 0.2x); ` +
+    `Proctor / local clone: first ${(totals.proctor / totals.localClone).toFixed(2)}x, repeat ${(totals.repeat / totals.localClone).toFixed(2)}x; ` +
     `worktree / clone: ${(totals.worktree / totals.clone).toFixed(2)}x; load average ${loadBefore.toFixed(1)} -> ${loadAfter.toFixed(1)}`,
 );
-for (const [baseline, label] of [["clone", "git clone file:// + checkout"], ["localClone", "local git clone (hard links) + checkout"]] as const) {
-  reportFigure({
-    bench: "swe-checkout",
-    figure: `SWE checkout, ${instances} instances of one repo: repo cache from the bare mirror vs ${label}`,
-    proctor: { value: per(totals.proctor), unit: "ms" },
-    baseline: { value: per(totals[baseline]), unit: "ms", label },
-    ratio: totals.proctor / totals[baseline],
-    ratioMeaning: "Proctor time / clone time",
-    target: baseline === "clone" ? { on: "ratio", op: "<=", value: 0.2 } : null,
-  });
+for (const [way, what] of [["proctor", "first checkout of each base commit"], ["repeat", "repeat checkout (kept pack)"]] as const) {
+  for (const [baseline, label] of [["clone", "git clone file:// + checkout"], ["localClone", "local git clone (hard links) + checkout"]] as const) {
+    reportFigure({
+      bench: "swe-checkout",
+      figure: `SWE checkout, ${instances} instances of one repo (${history.length} commits, ${files} files): repo cache ${what} vs ${label}`,
+      proctor: { value: per(totals[way]), unit: "ms" },
+      baseline: { value: per(totals[baseline]), unit: "ms", label },
+      ratio: totals[way] / totals[baseline],
+      ratioMeaning: "Proctor time / clone time",
+      target: baseline === "clone" ? { on: "ratio", op: "<=", value: 0.2 } : null,
+    });
+  }
 }

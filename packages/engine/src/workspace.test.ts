@@ -1,6 +1,6 @@
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
@@ -88,6 +88,77 @@ describe("RepoCache", () => {
     expect(seen.all.split("\n").sort()).toEqual(seen.reachable.split("\n").sort());
     for (const id of future) expect(seen.all).not.toContain(id);
     expect(seen.contents).not.toContain("FUTURE-FIX-MARKER");
+  });
+
+  test("a bare mirror (--repos-dir) is read in place: nothing in it changes, and the checkout is self-contained and never names it", async () => {
+    const mirror = join(root, "mirror-in-place.git");
+    execFileSync("git", ["clone", "-q", "--bare", origin, mirror]);
+    const snapshot = () =>
+      execFileSync("find", [mirror, "-printf", "%P %s %T@\\n"], { encoding: "utf8" }).split("\n").sort().join("\n");
+    const before = snapshot();
+    const cache = new RepoCache(join(root, "cache-mirror"));
+    const seen = await cache.withCheckout(mirror, first, async (dir) => {
+      // Only what the checkout holds: no alternate from this process's environment either.
+      const { GIT_ALTERNATE_OBJECT_DIRECTORIES: _a, GIT_OBJECT_DIRECTORY: _o, ...env } = process.env;
+      const inDir = (...args: string[]) => execFileSync("git", args, { cwd: dir, env, encoding: "utf8" }).trim();
+      return {
+        fsck: inDir("fsck", "--full", "--strict"),
+        all: inDir("cat-file", "--batch-all-objects", "--batch-check=%(objectname)"),
+        reachable: inDir("rev-list", "--objects", "--no-object-names", first),
+        shallow: await readFile(join(dir, ".git", "shallow"), "utf8"),
+        // grep exits 1 when nothing matches, the outcome wanted: read what it lists.
+        namesMirror: spawnSync("grep", ["-rlaF", "mirror-in-place", join(dir, ".git")], { encoding: "utf8" }).stdout.trim(),
+        alternates: existsSync(join(dir, ".git", "objects", "info", "alternates")),
+        hooks: existsSync(join(dir, ".git", "hooks")),
+        status: inDir("status", "--porcelain"),
+      };
+    });
+    expect(seen.fsck).toBe("");
+    expect(seen.all.split("\n").sort()).toEqual(seen.reachable.split("\n").sort());
+    expect(seen.shallow).toBe(`${first}\n`);
+    expect(seen.alternates).toBe(false);
+    expect(seen.hooks).toBe(false);
+    expect(seen.status).toBe("");
+    expect(seen.namesMirror).toBe("");
+    expect(snapshot()).toBe(before);
+  });
+
+  test("a repeated checkout reuses the commit's kept pack and starts clean: edits, files and objects of the last one do not leak", async () => {
+    const cache = new RepoCache(join(root, "cache-repeat"));
+    const kept = join(root, "cache-repeat", "commit-packs", first);
+    await cache.withCheckout(origin, first, async (dir) => {
+      await writeFile(join(dir, "a.txt"), "EDITED-BY-AGENT\n");
+      await writeFile(join(dir, "new.txt"), "NEW-FILE\n");
+      git(dir, "add", "-A");
+      git(dir, "commit", "-qm", "agent commit LEAK-MARKER");
+    });
+    const packs = await readdir(kept);
+    expect(packs.sort()).toEqual([expect.stringMatching(/^pack-[0-9a-f]+\.idx$/), expect.stringMatching(/^pack-[0-9a-f]+\.pack$/)]);
+    const seen = await cache.withCheckout(origin, first, async (dir) => ({
+      content: await readFile(join(dir, "a.txt"), "utf8"),
+      extra: existsSync(join(dir, "new.txt")),
+      head: git(dir, "rev-parse", "HEAD"),
+      status: git(dir, "status", "--porcelain"),
+      all: git(dir, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)"),
+      reachable: git(dir, "rev-list", "--objects", "--no-object-names", first),
+      contents: git(dir, "cat-file", "--batch-all-objects", "--batch"),
+      packs: await readdir(join(dir, ".git", "objects", "pack")),
+    }));
+    expect(seen).toMatchObject({ content: "one\n", extra: false, head: first, status: "" });
+    expect(seen.all.split("\n").sort()).toEqual(seen.reachable.split("\n").sort());
+    expect(seen.contents).not.toMatch(/LEAK-MARKER|EDITED-BY-AGENT|NEW-FILE/);
+    // The same pack as kept: this checkout was not rebuilt from the mirror.
+    expect(seen.packs.sort()).toEqual(packs.sort());
+  });
+
+  test("kept commit packs are bounded: the least recently used goes first", async () => {
+    const cache = new RepoCache(join(root, "cache-bounded"), { maxCommitPacks: 1 });
+    const kept = join(root, "cache-bounded", "commit-packs");
+    await cache.withCheckout(origin, first, async () => undefined);
+    expect(await readdir(kept)).toEqual([first]);
+    const content = await cache.withCheckout(origin, second, (dir) => readFile(join(dir, "a.txt"), "utf8"));
+    expect(content).toBe("two\n");
+    expect(await readdir(kept)).toEqual([second]);
   });
 
   test("a base_commit that is not a full commit id is refused before git runs (no option injection)", async () => {

@@ -1,7 +1,7 @@
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { constants as fsConstants, existsSync } from "node:fs";
+import { copyFile, link, mkdir, mkdtemp, readdir, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { isAbsolute, join, resolve } from "node:path";
 import { promisify } from "node:util";
@@ -26,15 +26,45 @@ export function repoUrl(repo: string, baseDir = process.cwd()): string {
   return local;
 }
 
-async function git(args: string[], options: { cwd?: string; timeoutMs?: number; signal?: AbortSignal } = {}): Promise<string> {
-  const { stdout } = await run("git", args, {
+interface GitOptions {
+  cwd?: string;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+  /** Written to git's stdin. */
+  input?: string;
+  env?: Record<string, string>;
+}
+
+async function git(args: string[], options: GitOptions = {}): Promise<string> {
+  const pending = run("git", args, {
     cwd: options.cwd,
     timeout: options.timeoutMs,
     signal: options.signal,
     maxBuffer: 16 * 1024 * 1024,
-    env: { ...process.env, GIT_TERMINAL_PROMPT: "0", GIT_ASKPASS: "true", GIT_ALLOW_PROTOCOL: ALLOWED_PROTOCOLS },
+    env: { ...process.env, GIT_TERMINAL_PROMPT: "0", GIT_ASKPASS: "true", GIT_ALLOW_PROTOCOL: ALLOWED_PROTOCOLS, ...options.env },
   });
+  if (options.input !== undefined) {
+    // git exiting early (an error) closes its stdin: its exit status says why, not this EPIPE.
+    pending.child.stdin?.on("error", () => undefined);
+    pending.child.stdin?.end(options.input);
+  }
+  const { stdout } = await pending;
   return stdout;
+}
+
+/** One entry of GIT_ALTERNATE_OBJECT_DIRECTORIES: git splits on ':' unless the entry is C-quoted. */
+function alternateEntry(path: string): string {
+  return /[:"\\]/.test(path) ? `"${path.replace(/["\\]/g, "\\$&")}"` : path;
+}
+
+/** Hard link when the cache and the checkout share a filesystem, else a copy (reflink where it can). */
+async function linkOrCopy(from: string, to: string): Promise<void> {
+  try {
+    await link(from, to);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EXDEV" && (error as NodeJS.ErrnoException).code !== "EPERM") throw error;
+    await copyFile(from, to, fsConstants.COPYFILE_FICLONE);
+  }
 }
 
 /** Nothing but a full commit id reaches git. */
@@ -60,8 +90,18 @@ function describe(error: unknown): string {
  */
 export class RepoCache {
   private readonly locks = new Map<string, Promise<unknown>>();
+  private readonly maxCommitPacks: number;
 
-  constructor(readonly dir: string) {}
+  /** `maxCommitPacks`: how many base commits' packs to keep for repeated checkouts (default 64). */
+  constructor(
+    readonly dir: string,
+    options: { maxCommitPacks?: number } = {},
+  ) {
+    this.maxCommitPacks = options.maxCommitPacks ?? 64;
+    if (!Number.isInteger(this.maxCommitPacks) || this.maxCommitPacks < 1) {
+      throw new RangeError(`RepoCache maxCommitPacks must be a whole number >= 1, got ${String(options.maxCommitPacks)}`);
+    }
+  }
 
   /** Path of the bare repo caching `url`. */
   pathFor(url: string): string {
@@ -112,8 +152,8 @@ export class RepoCache {
 
   /**
    * Check `commit` of `url` out into a fresh temporary directory, call `use` with it, then remove
-   * it. The directory's repository holds only `commit` and what it reaches (a depth-1 fetch: no
-   * later commit, branch, tag, reflog or remote), so an agent cannot read the future fix.
+   * it. The directory's repository holds only `commit` and its tree (as a depth-1 fetch would: no
+   * later commit, branch, tag, reflog, remote or alternate), so an agent cannot read the future fix.
    */
   async withCheckout<T>(
     url: string,
@@ -122,20 +162,21 @@ export class RepoCache {
     options: { timeoutMs?: number; signal?: AbortSignal } = {},
   ): Promise<T> {
     const bare = await this.ensure(url, commit, options);
+    const id = commit.toLowerCase();
     const parent = await mkdtemp(join(tmpdir(), "proctor-ws-"));
     const dir = join(parent, "repo");
+    const gitDir = join(dir, ".git");
     try {
       try {
-        await git(["init", "--quiet", `--object-format=${objectFormat(commit)}`, "--end-of-options", dir], options);
-        // The cache is ours: let its upload-pack serve the exact commit (not only branch tips).
-        await git(["-c", "uploadpack.allowAnySHA1InWant=true", "fetch", "--quiet", "--depth=1", "--no-tags", `file://${bare}`, "--end-of-options", commit], { ...options, cwd: dir });
-        // checkout takes no --end-of-options: give it the constant FETCH_HEAD, then confirm HEAD.
-        await git(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", "FETCH_HEAD"], { ...options, cwd: dir });
+        // No template: no sample hooks to upload.
+        await git(["init", "--quiet", "--template=", `--object-format=${objectFormat(commit)}`, "--end-of-options", dir], options);
+        await this.commitPack(bare, id, gitDir, options);
+        // A detached HEAD at the commit, its parents a shallow boundary (what a depth-1 fetch leaves).
+        await writeFile(join(gitDir, "shallow"), `${id}\n`);
+        await writeFile(join(gitDir, "HEAD"), `${id}\n`);
+        await git(["read-tree", "--reset", "-u", "HEAD"], { ...options, cwd: dir });
         const head = (await git(["rev-parse", "--verify", "HEAD^{commit}"], { ...options, cwd: dir })).trim();
-        if (head.toLowerCase() !== commit.toLowerCase()) throw new Error(`the checkout is at ${head}, not ${commit}`);
-        // Nothing that names the cache or another commit: no FETCH_HEAD, no reflog.
-        await rm(join(dir, ".git", "FETCH_HEAD"), { force: true });
-        await rm(join(dir, ".git", "logs"), { recursive: true, force: true });
+        if (head.toLowerCase() !== id) throw new Error(`the checkout is at ${head}, not ${commit}`);
       } catch (error) {
         throw new WorkspaceError(`cannot check out ${commit} of ${url}: ${describe(error)}`, url, { cause: error });
       }
@@ -144,4 +185,77 @@ export class RepoCache {
       await rm(parent, { recursive: true, force: true });
     }
   }
+
+  /**
+   * Put the pack of `commit` and its tree (nothing else) into `gitDir`. Built once per commit with
+   * pack-objects reading the mirror as an alternate named only in its environment (nothing in the
+   * new repository points at the mirror, and nothing is written to it); existing deltas within
+   * the set are reused and no new ones searched (--window=0), so nothing is recompressed but the
+   * objects whose delta base lies outside the commit. Kept under `commit-packs/<commit>` (a commit
+   * id names its whole tree, whichever repository it came from) for the next checkout of it.
+   */
+  private async commitPack(bare: string, id: string, gitDir: string, options: { timeoutMs?: number; signal?: AbortSignal }): Promise<void> {
+    const packs = join(gitDir, "objects", "pack");
+    const kept = join(this.dir, "commit-packs", id);
+    if (await reuseKept(kept, packs)) return;
+    await git(["--git-dir", gitDir, "pack-objects", "--quiet", "--revs", "--window=0", "--delta-base-offset", join(packs, "pack")], {
+      ...options,
+      input: `--shallow ${id}\n${id}\n`,
+      env: { GIT_ALTERNATE_OBJECT_DIRECTORIES: alternateEntry(join(bare, "objects")) },
+    });
+    await this.keep(packs, kept);
+  }
+
+  /** Keep the pack just built (atomically: staged, then renamed), then drop the least recently used beyond the limit. */
+  private async keep(packs: string, kept: string): Promise<void> {
+    const root = join(this.dir, "commit-packs");
+    await mkdir(root, { recursive: true });
+    const staging = await mkdtemp(join(root, ".new-"));
+    try {
+      for (const name of await packFiles(packs)) await linkOrCopy(join(packs, name), join(staging, name));
+      await rename(staging, kept).catch((error: NodeJS.ErrnoException) => {
+        // Another checkout of the same commit kept its (identical) pack first.
+        if (error.code !== "ENOTEMPTY" && error.code !== "EEXIST") throw error;
+      });
+    } finally {
+      await rm(staging, { recursive: true, force: true });
+    }
+    const entries = (await readdir(root)).filter((name) => COMMIT_ID.test(name));
+    if (entries.length <= this.maxCommitPacks) return;
+    // Never the one just kept, whatever the clock's resolution says about ties.
+    const others = entries.filter((name) => join(root, name) !== kept);
+    const aged = await Promise.all(others.map(async (name) => ({ name, at: (await stat(join(root, name)).catch(() => null))?.mtimeMs ?? 0 /* removed meanwhile */ })));
+    aged.sort((a, b) => a.at - b.at);
+    for (const { name } of aged.slice(0, entries.length - this.maxCommitPacks)) await rm(join(root, name), { recursive: true, force: true });
+  }
+}
+
+/** The .pack and .idx of a pack directory. */
+async function packFiles(dir: string): Promise<string[]> {
+  return (await readdir(dir)).filter((name) => /^pack-[0-9a-f]+\.(?:pack|idx)$/.test(name));
+}
+
+/** Link a kept commit pack into `packs`; false when there is none (or another process evicted it meanwhile). */
+async function reuseKept(kept: string, packs: string): Promise<boolean> {
+  let names: string[];
+  try {
+    names = await packFiles(kept);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return false;
+    throw error;
+  }
+  if (names.length !== 2) return false;
+  try {
+    for (const name of names) await linkOrCopy(join(kept, name), join(packs, name));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+    for (const name of await packFiles(packs)) await rm(join(packs, name), { force: true });
+    return false;
+  }
+  const now = new Date();
+  // Marks it recently used; evicted meanwhile is fine, the pack is already linked.
+  await utimes(kept, now, now).catch((error: NodeJS.ErrnoException) => {
+    if (error.code !== "ENOENT") throw error;
+  });
+  return true;
 }
