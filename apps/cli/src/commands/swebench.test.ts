@@ -1,64 +1,30 @@
-import { execFileSync } from "node:child_process";
-import { cp, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { cp, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { buildSweCalc } from "@proctor/engine/testing";
 import { dockerTestGate } from "@proctor/sandbox-docker";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { proctor } from "../test-support";
 
 const docker = await dockerTestGate();
 
-const git = (cwd: string, ...args: string[]) =>
-  execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main", ...args], { cwd, encoding: "utf8" });
-
-const OPS = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a + b  # bug\n\n\ndef neg(a):\n    return a  # bug\n";
-const TESTS = "from calc.ops import add, mul, neg\n\n\ndef test_add():\n    assert add(2, 3) == 5\n";
-
-/** The diff of one edit to a file, with the tree put back after. */
-function diffOf(repo: string, path: string, content: string): string {
-  execFileSync("sh", ["-c", 'printf "%s" "$1" > "$2"', "sh", content, join(repo, path)]);
-  const diff = git(repo, "diff");
-  git(repo, "checkout", "--", ".");
-  return diff;
-}
-
 /**
- * A real git mirror of a small Python project and four SWE-bench rows on it: two valid, one whose
- * gold patch fixes the wrong function (the oracle does not resolve), one whose FAIL_TO_PASS test
- * already passes at base_commit (nop resolves).
+ * The calc project's mirror and four SWE-bench rows on it: two valid, one whose gold patch fixes
+ * the wrong function (the oracle does not resolve), one whose FAIL_TO_PASS test already passes at
+ * base_commit (nop resolves).
  */
 async function buildDataset(root: string): Promise<{ dataset: string; mirrors: string }> {
-  const work = join(root, "work");
-  await mkdir(join(work, "calc"), { recursive: true });
-  await mkdir(join(work, "tests"));
-  git(work, "init", "--quiet");
-  await writeFile(join(work, "calc", "__init__.py"), "");
-  await writeFile(join(work, "calc", "ops.py"), OPS);
-  await writeFile(join(work, "tests", "__init__.py"), "");
-  await writeFile(join(work, "tests", "test_ops.py"), TESTS);
-  git(work, "add", "-A");
-  git(work, "commit", "--quiet", "-m", "calc with bugs");
-  const base = git(work, "rev-parse", "HEAD").trim();
-  const fixMul = diffOf(work, "calc/ops.py", OPS.replace("return a + b  # bug", "return a * b"));
-  const fixNeg = diffOf(work, "calc/ops.py", OPS.replace("return a  # bug", "return -a"));
-  const testMul = diffOf(work, "tests/test_ops.py", `${TESTS}\n\ndef test_mul():\n    assert mul(3, 4) == 12\n`);
-  const testNeg = diffOf(work, "tests/test_ops.py", `${TESTS}\n\ndef test_neg():\n    assert neg(2) == -2\n`);
-  const mirrors = join(root, "mirrors");
-  await mkdir(mirrors);
-  execFileSync("git", ["clone", "--quiet", "--bare", work, join(mirrors, "acme__calc.git")]);
-  const row = (id: string, patch: string, testPatch: string, f2p: string[], p2p: string[]) =>
-    JSON.stringify({ instance_id: id, repo: "acme/calc", base_commit: base, patch, test_patch: testPatch, FAIL_TO_PASS: f2p, PASS_TO_PASS: p2p, problem_statement: `fix ${id}`, version: "1.0" });
-  const rows = [
-    row("ok-mul", fixMul, testMul, ["tests/test_ops.py::test_mul"], ["tests/test_ops.py::test_add"]),
-    row("ok-neg", fixNeg, testNeg, ["tests/test_ops.py::test_neg"], ["tests/test_ops.py::test_add"]),
+  const calc = await buildSweCalc(root);
+  const { fixMul, fixNeg, testMul, testNeg } = calc.patches;
+  const dataset = await calc.writeDataset([
+    { id: "ok-mul", patch: fixMul, testPatch: testMul, failToPass: ["tests/test_ops.py::test_mul"], passToPass: ["tests/test_ops.py::test_add"] },
+    { id: "ok-neg", patch: fixNeg, testPatch: testNeg, failToPass: ["tests/test_ops.py::test_neg"], passToPass: ["tests/test_ops.py::test_add"] },
     // The gold patch fixes neg, but the instance's test is test_mul.
-    row("bad-gold", fixNeg, testMul, ["tests/test_ops.py::test_mul"], ["tests/test_ops.py::test_add"]),
+    { id: "bad-gold", patch: fixNeg, testPatch: testMul, failToPass: ["tests/test_ops.py::test_mul"], passToPass: ["tests/test_ops.py::test_add"] },
     // test_add passes before any fix: nop resolves it.
-    row("bad-f2p", fixMul, testMul, ["tests/test_ops.py::test_add"], []),
-  ];
-  const dataset = join(root, "instances.jsonl");
-  await writeFile(dataset, `${rows.join("\n")}\n`);
-  return { dataset, mirrors };
+    { id: "bad-f2p", patch: fixMul, testPatch: testMul, failToPass: ["tests/test_ops.py::test_add"], passToPass: [] },
+  ]);
+  return { dataset, mirrors: calc.mirrors };
 }
 
 describe.skipIf(!docker)("proctor tasks validate on SWE-bench rows (real Docker, real git, real pytest)", () => {

@@ -1,56 +1,20 @@
-import { execFileSync } from "node:child_process";
-import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { silentLogger } from "@proctor/schema";
 import { DockerRuntime, dockerTestGate } from "@proctor/sandbox-docker";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { tempDir, EXAMPLES_DIR } from "../testing/fixtures";
+import { buildSweCalc, CALC_OPS } from "../testing/swe-calc";
 import { SlotService, SlotServiceError } from "./service";
 
 const haveDocker = await dockerTestGate();
 
-const git = (cwd: string, ...args: string[]) =>
-  execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main", ...args], { cwd, encoding: "utf8" });
-
-const OPS = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a + b  # bug\n";
-const TEST_OPS = "from calc.ops import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n";
-
-/** A one-bug Python repo as a bare mirror, a later "future" commit holding the fix, and a SWE row at the buggy commit. */
+/** The calc project's mirror with one SWE row at the buggy commit (the mirror also holds the fix's later commit). */
 async function buildFixture(root: string): Promise<{ dataset: string; mirrors: string; base: string; future: string }> {
-  const work = join(root, "work");
-  await mkdir(join(work, "calc"), { recursive: true });
-  await mkdir(join(work, "tests"), { recursive: true });
-  git(work, "init", "--quiet");
-  await writeFile(join(work, "calc", "__init__.py"), "");
-  await writeFile(join(work, "calc", "ops.py"), OPS);
-  await writeFile(join(work, "tests", "__init__.py"), "");
-  await writeFile(join(work, "tests", "test_ops.py"), TEST_OPS);
-  git(work, "add", "-A");
-  git(work, "commit", "--quiet", "-m", "calc with a bug");
-  const base = git(work, "rev-parse", "HEAD").trim();
-  await writeFile(join(work, "tests", "test_ops.py"), `${TEST_OPS.replace("import add", "import add, mul")}\n\ndef test_mul():\n    assert mul(3, 4) == 12\n`);
-  const testPatch = git(work, "diff");
-  git(work, "checkout", "--", ".");
-  await writeFile(join(work, "calc", "ops.py"), OPS.replace("return a + b  # bug", "return a * b"));
-  git(work, "commit", "--quiet", "-am", "the fix (the future of the instance)");
-  const future = git(work, "rev-parse", "HEAD").trim();
-  const mirrors = join(root, "mirrors");
-  await mkdir(mirrors);
-  execFileSync("git", ["clone", "--quiet", "--bare", work, join(mirrors, "acme__calc.git")]);
-  const row = {
-    instance_id: "calc-1",
-    repo: "acme/calc",
-    base_commit: base,
-    patch: "",
-    test_patch: testPatch,
-    FAIL_TO_PASS: ["tests/test_ops.py::test_mul"],
-    PASS_TO_PASS: ["tests/test_ops.py::test_add"],
-    problem_statement: "mul adds",
-    version: "1.0",
-  };
-  const dataset = join(root, "instances.jsonl");
-  await writeFile(dataset, `${JSON.stringify(row)}\n`);
-  return { dataset, mirrors, base, future };
+  const calc = await buildSweCalc(root);
+  const dataset = await calc.writeDataset([
+    { id: "calc-1", patch: "", testPatch: calc.patches.testMul, failToPass: ["tests/test_ops.py::test_mul"], passToPass: ["tests/test_ops.py::test_add"], problem: "mul adds" },
+  ]);
+  return { dataset, mirrors: calc.mirrors, base: calc.base, future: calc.future };
 }
 
 describe.skipIf(!haveDocker)("SlotService on Docker", () => {
@@ -86,7 +50,7 @@ describe.skipIf(!haveDocker)("SlotService on Docker", () => {
     try {
       const { slot } = entry;
       expect((await slot.exec(["git", "rev-parse", "HEAD"])).stdout.trim()).toBe(fixture.base);
-      expect((await slot.exec(["cat", "calc/ops.py"])).stdout).toBe(OPS);
+      expect((await slot.exec(["cat", "calc/ops.py"])).stdout).toBe(CALC_OPS);
       // Only the base commit is in the slot's repository: the fix's commit cannot be read.
       expect((await slot.exec(["git", "cat-file", "-e", fixture.future])).exitCode).not.toBe(0);
       expect((await slot.exec({ shell: "git log --all --format=%H" })).stdout.trim()).toBe(fixture.base);
