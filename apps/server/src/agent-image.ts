@@ -2,21 +2,14 @@ import { lstat, readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { readImageAgent } from "@proctor/agents";
 import type { ImageRequest, SandboxRuntime } from "@proctor/sandbox";
-import { DockerRuntime } from "@proctor/sandbox-docker";
+import { DockerRuntime, ImageBuildLimitError, buildImageWithLimits, type ImageBuildLimits } from "@proctor/sandbox-docker";
 import type { Logger } from "@proctor/schema";
 
 /** The directory of an upload that holds an agent image (Dockerfile + agent.toml, the CLI's `image:<dir>` format). */
 export const AGENT_IMAGE_DIR = "agent_image";
 
-/** What the server allows an uploaded agent image (`proctor serve --agent-image-*`). */
-export interface AgentImageLimits {
-  /** A build running longer is cancelled and the batch fails (--agent-image-build-timeout, seconds). */
-  buildTimeoutMs: number;
-  /** Largest built image (as `docker images` shows its size) and largest build context (--agent-image-max-mb). */
-  maxBytes: number;
-  /** RUN steps reach the network only when true (--agent-image-build-network); default false. */
-  buildNetwork: boolean;
-}
+/** What the server allows an uploaded agent image (`proctor serve --agent-image-*`, in that order). */
+export type AgentImageLimits = ImageBuildLimits;
 
 export const DEFAULT_AGENT_IMAGE_LIMITS: AgentImageLimits = Object.freeze({
   buildTimeoutMs: 600_000,
@@ -25,8 +18,6 @@ export const DEFAULT_AGENT_IMAGE_LIMITS: AgentImageLimits = Object.freeze({
 });
 
 const MB = 1024 * 1024;
-/** How long a refused build's leftovers may take to disappear before their images are removed anyway. */
-const CONTAINER_GONE_MS = 60_000;
 
 /** A batch's agent image broke a server limit or did not build; its message is the batch's `error`. */
 class AgentImageError extends Error {
@@ -45,11 +36,10 @@ export async function treeBytes(dir: string): Promise<number> {
 }
 
 /**
- * Build the uploaded agent image with the same builder the CLI's `--agent image:<dir>` uses (the
- * runtime's resolveImage: content-hash tag, MLE-bench build args from agent.toml only), under the
- * server's limits: no network for RUN steps unless allowed, cancelled after buildTimeoutMs, and an
- * image over maxBytes is removed. Returns the image tag; throws AgentImageError naming the limit,
- * its value and the flag that raises it. Error messages name `agent_image/`, never server paths.
+ * Build the uploaded agent image with the same builder the CLI's `--agent image:<dir>` uses
+ * (MLE-bench build args from agent.toml only) under the server's limits (@proctor/sandbox-docker
+ * buildImageWithLimits). Returns the image tag; throws AgentImageError naming the broken limit,
+ * its value and the flag that raises it. Messages name `agent_image/`, never server paths.
  */
 export async function buildAgentImage(
   runtime: DockerRuntime,
@@ -59,92 +49,26 @@ export async function buildAgentImage(
 ): Promise<string> {
   const config = readImageAgent(dir);
   const shown = (text: string) => text.split(`${dir}/`).join(`${AGENT_IMAGE_DIR}/`).split(dir).join(`${AGENT_IMAGE_DIR}/`);
-  const seconds = Math.round(limits.buildTimeoutMs / 1000);
-  const limitTimer = new AbortController();
-  let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    limitTimer.abort();
-  }, limits.buildTimeoutMs);
-  const signal = options.signal ? AbortSignal.any([options.signal, limitTimer.signal]) : limitTimer.signal;
-  // Set once this call (not a concurrent batch with the same context) started the build.
-  let builtTag: string | null = null;
-  // Images the build committed step by step and the containers its RUN steps ran in (the classic
-  // builder logs " ---> Running in <container>" and " ---> <image>" for each step).
-  const steps: string[] = [];
-  const containers: string[] = [];
-  const remove = async (image: string) => {
-    await runtime.docker
-      .getImage(image)
-      .remove()
-      .catch((error: unknown) => {
-        // 404: already gone (a cancelled build leaves no tag); 409: another image or container still uses it.
-        const status = (error as { statusCode?: number }).statusCode;
-        if (status !== 404 && status !== 409) options.logger.warn("could not remove a refused agent image", { image, error: String(error) });
-      });
-  };
-  const removeBuilt = async () => {
-    if (builtTag === null) return;
-    // A cancelled build's RUN container may still be going away (the daemon removes it too); while
-    // it exists it holds its parent image, so wait until it is gone.
-    for (const id of containers) {
-      const container = runtime.docker.getContainer(id);
-      await container.remove({ force: true }).catch(() => undefined);
-      const deadline = Date.now() + CONTAINER_GONE_MS;
-      while (Date.now() < deadline && (await container.inspect().then(() => true, () => false))) await new Promise((r) => setTimeout(r, 200));
-    }
-    await remove(builtTag);
-    // A failed or cancelled build leaves its finished steps as untagged images: remove those
-    // (newest first), never a tagged one such as the FROM image.
-    for (const id of steps.reverse()) {
-      const tags = await runtime.docker
-        .getImage(id)
-        .inspect()
-        .then((info) => info.RepoTags ?? [], () => null);
-      if (tags !== null && tags.length === 0) await remove(id);
-    }
-  };
-  let tag: string;
   try {
-    tag = await runtime.resolveImage({
-      image: null,
-      buildContext: config.image.buildContext,
-      buildArgs: config.image.buildArgs,
-      buildNetwork: limits.buildNetwork,
-      // Our timer cancels first, so the error below can name the server's flag.
-      buildTimeoutMs: limits.buildTimeoutMs + 60_000,
-      signal,
-      onProgress: (line) => {
-        const step = /^ ---> ([0-9a-f]{12,64})$/.exec(line);
-        if (step?.[1]) steps.push(step[1]);
-        const running = /^ ---> Running in ([0-9a-f]{12,64})$/.exec(line);
-        if (running?.[1]) containers.push(running[1]);
-      },
-      onBuild: (update) => {
-        if (update.status === "started") builtTag = update.image;
-      },
-    });
+    const tag = await buildImageWithLimits(runtime, { buildContext: config.image.buildContext, buildArgs: config.image.buildArgs }, limits, options);
+    options.logger.info("agent image ready", { image: tag });
+    return tag;
   } catch (error) {
-    await removeBuilt();
-    if (timedOut) {
+    if (error instanceof ImageBuildLimitError && error.limit === "buildTimeoutMs") {
+      const seconds = Math.round(error.value / 1000);
       throw new AgentImageError(
         `${AGENT_IMAGE_DIR}/: the image build ran longer than ${seconds} s, this server's limit (--agent-image-build-timeout ${seconds}) and was cancelled; make the build faster or ask the operator to raise the limit`,
         { cause: error },
       );
     }
+    if (error instanceof ImageBuildLimitError && error.limit === "maxBytes") {
+      throw new AgentImageError(
+        `${AGENT_IMAGE_DIR}/: the built image is ${((error.actual ?? 0) / MB).toFixed(1)} MB, over this server's limit of ${error.value / MB} MB (--agent-image-max-mb ${error.value / MB}); it was removed. Make the image smaller or ask the operator to raise the limit`,
+        { cause: error },
+      );
+    }
     throw new AgentImageError(`${AGENT_IMAGE_DIR}/: ${shown(error instanceof Error ? error.message : String(error))}`, { cause: error });
-  } finally {
-    clearTimeout(timer);
   }
-  const { Size: bytes } = await runtime.docker.getImage(tag).inspect();
-  if (bytes > limits.maxBytes) {
-    await removeBuilt();
-    throw new AgentImageError(
-      `${AGENT_IMAGE_DIR}/: the built image is ${(bytes / MB).toFixed(1)} MB, over this server's limit of ${limits.maxBytes / MB} MB (--agent-image-max-mb ${limits.maxBytes / MB}); it was removed. Make the image smaller or ask the operator to raise the limit`,
-    );
-  }
-  options.logger.info("agent image ready", { image: tag, bytes });
-  return tag;
 }
 
 /**

@@ -8,7 +8,7 @@ import type { Logger } from "@proctor/schema";
 import Fastify from "fastify";
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { z } from "zod";
-import { BatchParams, TaskParams, WsQuery, submitQuery } from "@proctor/client";
+import { BatchParams, TaskParams, WsQuery, batchStatusJson, submitQuery, taskJson } from "@proctor/client";
 import type { BatchListResponse, BatchTasksResponse, HealthResponse, StatusResponse } from "@proctor/client";
 import type { QueuedBatch } from "@proctor/engine";
 import { principalKey } from "@proctor/auth";
@@ -22,7 +22,7 @@ import { stagingDir } from "./store";
 import { ServerUi } from "./ui";
 import { UploadSlots, contentDigestMismatch, sha256Hex, stageBody } from "./upload";
 import type { StagedBody } from "./upload";
-import { statusJson, taskDetail, taskJson } from "./views";
+import { taskDetail } from "./views";
 import type { WsHub } from "./ws-hub";
 import { registerWorkerRoutes, type ServerQueue } from "./workers";
 import { registerSlotRoutes, type SlotService } from "./slots";
@@ -242,7 +242,7 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
   app.get("/batch/:id", async (request) => {
     const { id } = parse(BatchParams, request.params, "path parameter");
     const batch = ownBatch(request, id);
-    return statusJson(batch, queue.queuePosition(batch));
+    return batchStatusJson(batch, queue.queuePosition(batch));
   });
   app.get("/batch/:id/tasks", async (request): Promise<BatchTasksResponse> => {
     const { id } = parse(BatchParams, request.params, "path parameter");
@@ -261,7 +261,7 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
     const { id } = parse(BatchParams, request.params, "path parameter");
     const batch = ownBatch(request, id);
     await queue.cancel(batch);
-    return statusJson(batch, null);
+    return batchStatusJson(batch, null);
   });
   app.get("/batches", async (request): Promise<BatchListResponse> =>
     queue.list().filter((b) => ctx.auth.canAccess(request.proctorIdentity, b.record.submittedBy)).map((b) => ({

@@ -1,9 +1,8 @@
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
-import { WsHub as Hub } from "@proctor/client";
+import { WsHub as Hub, snapshotOf, wireOfEvent, wireOfUpdate } from "@proctor/client";
 import type { WireEnvelope, WsFeed, WsHubOptions } from "@proctor/client";
 import type { QueuedBatch, RunQueue } from "@proctor/engine";
-import { snapshotOf, wireOfEvent, wireOfUpdate } from "./views";
 
 export { DEFAULT_WS_OPTIONS } from "@proctor/client";
 

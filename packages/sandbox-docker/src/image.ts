@@ -168,7 +168,14 @@ export class ImageResolver {
     } catch (error) {
       const lastLines = tail.length > 0 ? `\nLast lines of the build log:\n${tail.join("\n")}` : "";
       if (timedOut) {
-        fail(new ImageError(`Building ${context} took longer than ${request.buildTimeoutMs} ms and was cancelled; raise [environment].build_timeout_sec if the build is just slow.${lastLines}`, request.image, { cause: error }));
+        fail(
+          new ImageBuildLimitError(`Building ${context} took longer than ${request.buildTimeoutMs} ms and was cancelled; raise [environment].build_timeout_sec if the build is just slow.${lastLines}`, request.image, {
+            limit: "buildTimeoutMs",
+            value: request.buildTimeoutMs,
+            actual: null,
+            cause: error,
+          }),
+        );
       }
       if (request.signal?.aborted) fail(new ImageError(`Building ${context} was cancelled.`, request.image, { cause: error }));
       fail(new ImageError(`Building ${context} failed: ${daemonMessage(error)}${lastLines}`, request.image, { cause: error }));
@@ -186,6 +193,24 @@ export class ImageResolver {
     this.logger.info("built image", { context, tag });
     onBuild({ status: "finished", image: tag, ok: true, durationMs: Date.now() - startedAt });
     return tag;
+  }
+}
+
+/**
+ * A build broke a limit: it ran longer than `buildTimeoutMs` (and was cancelled), or the image
+ * it made is over `maxBytes` (buildImageWithLimits). `value` is the limit, `actual` what was
+ * measured (null for a timeout). Still an ImageError, so the engine classifies it as before.
+ */
+export class ImageBuildLimitError extends ImageError {
+  override name = "ImageBuildLimitError";
+  readonly limit: "buildTimeoutMs" | "maxBytes";
+  readonly value: number;
+  readonly actual: number | null;
+  constructor(message: string, image: string | null, options: { limit: "buildTimeoutMs" | "maxBytes"; value: number; actual: number | null; cause?: unknown }) {
+    super(message, image, options.cause === undefined ? undefined : { cause: options.cause });
+    this.limit = options.limit;
+    this.value = options.value;
+    this.actual = options.actual;
   }
 }
 

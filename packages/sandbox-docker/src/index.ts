@@ -1,7 +1,9 @@
 export { DockerRuntime, DEFAULT_PIDS_LIMIT, DEFAULT_WARM_POOL, DROPPED_CAPABILITIES, POOLED_LABEL } from "./runtime";
 export type { DockerRuntimeOptions } from "./runtime";
 export { DockerSandbox } from "./sandbox";
-export { BUILD_REPOSITORY } from "./image";
+export { BUILD_REPOSITORY, ImageBuildLimitError } from "./image";
+export { buildImageWithLimits } from "./limited-build";
+export type { ImageBuildLimits } from "./limited-build";
 export { dockerAvailable, dockerTestGate } from "./gate";
 export { EXEC_MARKER } from "./kill-tree";
 export { currentOwnerLabel, parseOwner } from "./owner";
