@@ -5,7 +5,8 @@ export { buildRunReport, buildComparison, trialReason, trialFlags, fullReason } 
 export type { RunReport, ComparisonReport, Problem, CategoryRow } from "./model";
 export { competitionReport } from "./competition";
 export type { CompetitionRow, CompetitionTotals } from "./competition";
-export { renderText, renderMarkdown, formatDuration, percent } from "./text";
+export { renderText, renderMarkdown, formatDuration, percent, textTable } from "./text";
+export { renderRunSummary } from "./summary";
 export { createProgress } from "./progress";
 export type { ProgressReporter, ProgressOptions } from "./progress";
 export { EtaEstimator } from "./eta";

@@ -10,8 +10,7 @@ import { AgentConfigError, patchesAgent, readImageAgent } from "@proctor/agents"
 import { parseContainerConfig, type ContainerConfig } from "@proctor/sandbox-docker";
 import { UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
-import { createProgress } from "@proctor/report";
-import { renderSummary } from "../format";
+import { createProgress, renderRunSummary } from "@proctor/report";
 import { prepareSources } from "../sources";
 import { openQueuedRun } from "./queue";
 
@@ -329,7 +328,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     await queued?.close();
   }
 
-  const table = renderSummary(summary);
+  const table = renderRunSummary(summary);
   if (options.json) {
     err.write(`${table}\nrun directory: ${runDir}\n`);
     out.write(`${JSON.stringify({ ...summary, runDir }, null, 2)}\n`);

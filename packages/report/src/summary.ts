@@ -1,0 +1,48 @@
+import type { GroupSummary, RunSummary } from "@proctor/schema";
+import { formatDuration, percent, textTable } from "./text";
+
+function groupRow(name: string, g: GroupSummary): string[] {
+  return [name, String(g.total), String(g.passed), String(g.failed), String(g.errored), percent(g.passRate), g.meanReward === null ? "-" : g.meanReward.toFixed(3)];
+}
+
+/**
+ * The end-of-run report from summary.json (what `proctor run` prints): per-category table,
+ * totals, and what every rate is out of; integrity, token usage and an unfinished run's gap.
+ */
+export function renderRunSummary(summary: RunSummary): string {
+  const header = ["category", "trials", "passed", "failed", "errored", "pass rate", "mean reward"];
+  const rows = Object.entries(summary.byCategory)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([name, g]) => groupRow(name, g));
+  const t = summary.trials;
+  rows.push(groupRow("all", { total: t.total, passed: t.passed, failed: t.failed, errored: t.errored, passRate: summary.passRate, meanReward: summary.meanReward }));
+  const lines = [textTable(header, rows), ""];
+  const r = summary.rates;
+  lines.push(`pass rate      ${percent(r.passRate.value)} (${r.passRate.numerator}/${r.passRate.denominator} ${r.passRate.of})`);
+  lines.push(`scored only    ${percent(r.passRateScored.value)} (${r.passRateScored.numerator}/${r.passRateScored.denominator} ${r.passRateScored.of})`);
+  const se = summary.meanRewardStdErr === null ? "" : ` ± ${summary.meanRewardStdErr.toFixed(3)} standard error over tasks,`;
+  lines.push(`mean reward    ${r.meanReward.value === null ? "-" : r.meanReward.value.toFixed(3)} (${se.trimStart()} ${r.meanReward.denominator} ${r.meanReward.of})`.replace("( ", "("));
+  if (summary.passAtK) {
+    lines.push(`pass@k         ${Object.entries(summary.passAtK).map(([k, v]) => `pass@${k} ${percent(v)}`).join("  ")}`);
+  }
+  const errors = Object.entries(summary.errorsByKind).filter(([, n]) => n > 0);
+  if (errors.length > 0) lines.push(`errors         ${errors.map(([k, n]) => `${k} ${n}`).join(", ")}`);
+  const integrity = summary.integrity;
+  if (integrity && (integrity.passedWithSurvivors > 0 || integrity.tampered > 0 || integrity.unchecked > 0)) {
+    const parts = [
+      integrity.tampered > 0 ? `${integrity.tampered} tampered with the verifier (agent errors, reward 0)` : null,
+      integrity.passedWithSurvivors > 0 ? `${integrity.passedWithSurvivors} passed with agent processes alive (flagged: see integrity.survivors in result.json)` : null,
+      integrity.unchecked > 0 ? `${integrity.unchecked} not checked for tampering (the runtime cannot)` : null,
+    ].filter(Boolean);
+    lines.push(`integrity      ${parts.join("; ")}`);
+  }
+  if (summary.usage) {
+    const u = summary.usage;
+    const n = (x: number) => x.toLocaleString("en-US");
+    lines.push(`tokens         ${n(u.inputTokens)} in, ${n(u.outputTokens)} out (${n(u.requests)} model requests, ${n(u.retries)} retried, over ${u.trials} trials)`);
+  }
+  if (summary.error) lines.push(`stopped        ${summary.error}`);
+  if (t.total < t.planned) lines.push(`unfinished     ${t.planned - t.total} of ${t.planned} planned trials`);
+  lines.push(`status         ${summary.status} in ${formatDuration(summary.durationMs)}`);
+  return lines.join("\n");
+}
