@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { lstat, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { startRun } from "@proctor/engine";
@@ -34,6 +34,19 @@ afterAll(async () => {
   await rm(root, { recursive: true, force: true });
 });
 
+/** Path -> kind, mode, size and sha256 of everything under `dir` (result.json: its timestamps differ, so only that it exists). */
+async function treeOf(dir: string): Promise<Record<string, string>> {
+  const tree: Record<string, string> = {};
+  for (const rel of (await readdir(dir, { recursive: true })).sort()) {
+    const path = join(dir, rel);
+    const stat = await lstat(path);
+    if (stat.isDirectory()) tree[rel] = "dir";
+    else if (rel === "result.json") tree[rel] = "file";
+    else tree[rel] = `file ${stat.mode.toString(8)} ${stat.size} ${createHash("sha256").update(await readFile(path)).digest("hex")}`;
+  }
+  return tree;
+}
+
 const statusOf = (results: TrialResult[]) => Object.fromEntries(results.map((r) => [r.trialId, [r.status, r.reward]]));
 const readResults = async (runDir: string) =>
   (await readFile(join(runDir, "results.jsonl"), "utf8")).trim().split("\n").map((l) => JSON.parse(l) as TrialResult);
@@ -65,6 +78,43 @@ describe("a run through the queue", () => {
       await monitor.close();
     }
     expect(await new QueueMonitor({ url: redis.url }).workers().then((w) => w.length)).toBe(0);
+  });
+
+  test("trial dirs arrive whole, small ones and ones past the small-artifact size or entry count alike", async () => {
+    // Three verifiers: a one-line log; a 3 MB log; 300 small files (tarred synchronously vs streamed).
+    const dir = join(root, "artifact-tasks");
+    const scripts = {
+      small: "",
+      "big-log": 'yes proctor | head -c 3000000 > "$PROCTOR_LOGS_DIR/verifier/big.log"',
+      "many-files": 'i=0; while [ $i -lt 300 ]; do echo "$i" > "$PROCTOR_LOGS_DIR/verifier/f$i.txt"; chmod 600 "$PROCTOR_LOGS_DIR/verifier/f$i.txt"; i=$((i+1)); done',
+    };
+    for (const [name, script] of Object.entries(scripts)) {
+      await mkdir(join(dir, name, "tests"), { recursive: true });
+      await writeFile(join(dir, name, "task.toml"), "");
+      await writeFile(join(dir, name, "instruction.md"), "Do nothing.\n");
+      await writeFile(join(dir, name, "tests", "test.sh"), `#!/bin/sh\n${script}\necho 1 > "$PROCTOR_LOGS_DIR/verifier/reward.txt"\n`, { mode: 0o755 });
+    }
+    const loaded = await loadTasks([dir]);
+    expect(loaded.errors).toEqual([]);
+    const run = { tasks: loaded.tasks, agent: { kind: "nop" as const }, runtime, concurrency: 3, attempts: 1 };
+    const local = await startRun({ ...run, runId: "art-local", runDir: join(root, "runs", "art-local") }).done;
+    const store = new DirBundleStore(join(root, "bundles-art"));
+    const dispatcher = new QueueDispatcher({ url: redis.url, prefix: "art", bundles: { store, source: { kind: "dir", dir: store.dir } } });
+    const worker = await startWorker({ url: redis.url, prefix: "art", runtime, concurrency: 3, workDir: join(root, "worker-art"), name: "art" });
+    try {
+      const queued = await startRun({ ...run, runId: "art-queued", runDir: join(root, "runs", "art-queued"), dispatch: dispatcher.dispatch }).done;
+      expect(queued.trials).toEqual({ ...local.trials, passed: 3 });
+      for (const name of Object.keys(scripts)) {
+        const trial = `${name}__1`;
+        const tree = await treeOf(join(root, "runs", "art-queued", "trials", trial));
+        expect(tree).toEqual(await treeOf(join(root, "runs", "art-local", "trials", trial)));
+        if (name === "big-log") expect(tree["logs/verifier/big.log"]).toMatch(/^file 100644 3000000 /);
+        if (name === "many-files") expect(tree["logs/verifier/f299.txt"]).toMatch(/^file 100600 4 /);
+      }
+    } finally {
+      await worker.drain();
+      await dispatcher.close();
+    }
   });
 
   test("with no worker alive it says the trials wait for workers", async () => {

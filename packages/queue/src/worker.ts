@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { lstatSync, readdirSync } from "node:fs";
 import { mkdir, rm } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join } from "node:path";
@@ -56,8 +57,14 @@ export interface QueueWorkerHandle {
 const EVENT_FLUSH_MS = 50;
 /** Trials starting within this long share one heartbeat. */
 const BEAT_COALESCE_MS = 250;
-/** Artifacts (a trial's logs) are gzipped fast: they cross Redis once and are unpacked once. */
+/** Big artifacts (a trial's logs) are gzipped fast: they cross Redis once and are unpacked once. */
 const ARTIFACT_GZIP = { level: 1 };
+/**
+ * A trial dir up to this size and entry count is tarred synchronously and not gzipped (~0.8 ms
+ * of CPU for a trivial trial's instead of ~3 ms streamed); a bigger one streams, so it never
+ * holds up the event loop (lock renewals, the other trials) for long.
+ */
+const SMALL_ARTIFACT = { bytes: 1024 * 1024, entries: 256 };
 
 /** Runs trial jobs from the queue with the engine's own trial pipeline, and beats its heart in Redis. */
 export async function startWorker(options: QueueWorkerOptions): Promise<QueueWorkerHandle> {
@@ -195,7 +202,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
       const final: TrialResult = { ...result, retries: job.attemptsMade };
       const trialDir = join(runDir, "trials", data.trialId);
       await mkdir(trialDir, { recursive: true });
-      const artifact = await collect(tar.c({ cwd: trialDir, gzip: ARTIFACT_GZIP, portable: true }, ["."]));
+      const artifact = await packTrialDir(trialDir);
       // The events gathered so far, then the result, in one round trip (the dispatcher reads events first).
       const pipeline = takeEvents(redis.pipeline());
       pipeline.xadd(keys.results(prefix, data.runId), "*", "trialId", data.trialId, "result", JSON.stringify(final), "artifact", artifact);
@@ -281,6 +288,28 @@ function labelled(runtime: SandboxRuntime, labels: Record<string, string>): Sand
     ...(runtime.available ? { available: runtime.available.bind(runtime) } : {}),
     ...(runtime.drain ? { drain: runtime.drain.bind(runtime) } : {}),
   };
+}
+
+/** The trial dir as a tar (small: built synchronously, plain) or a tar.gz (big: streamed). */
+async function packTrialDir(dir: string): Promise<Buffer> {
+  if (isSmall(dir, { ...SMALL_ARTIFACT })) {
+    const chunks: Buffer[] = [];
+    tar.c({ cwd: dir, portable: true, sync: true }, ["."]).on("data", (chunk: Buffer) => chunks.push(chunk));
+    return Buffer.concat(chunks);
+  }
+  return collect(tar.c({ cwd: dir, gzip: ARTIFACT_GZIP, portable: true }, ["."]));
+}
+
+/** Whether `dir` holds at most `budget.bytes` in at most `budget.entries` entries (links not followed; stops early). */
+function isSmall(dir: string, budget: { bytes: number; entries: number }): boolean {
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    if (--budget.entries < 0) return false;
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) {
+      if (!isSmall(path, budget)) return false;
+    } else if (entry.isFile() && (budget.bytes -= lstatSync(path).size) < 0) return false;
+  }
+  return true;
 }
 
 async function collect(stream: AsyncIterable<Buffer | string>): Promise<Buffer> {
