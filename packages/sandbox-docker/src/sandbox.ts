@@ -3,7 +3,7 @@ import { constants } from "node:fs";
 import { access, mkdir, readFile, stat } from "node:fs/promises";
 import { basename, posix } from "node:path";
 import type { IncomingMessage } from "node:http";
-import type { Duplex, Readable } from "node:stream";
+import { PassThrough, type Duplex, type Readable } from "node:stream";
 import type Dockerode from "dockerode";
 import * as tar from "tar";
 import { packDirectory, packFiles } from "@proctor/archive";
@@ -59,6 +59,16 @@ export async function oomKillsOnHost(pid: number, id: string): Promise<number | 
     return null; // not visible from here: the caller reads it inside the container
   }
 }
+
+/**
+ * Run by the trusted busybox as root with ($1 busybox, $2 source): says on its first stdout line
+ * what the source is (a link is a file here: tar stores it, never follows it), then tars it
+ * relative to itself on the rest of stdout.
+ */
+const TAR_SCRIPT = `b="$1"; p="$2"
+if [ -d "$p" ] && [ ! -L "$p" ]; then cd "$p" && echo DIR && exec "$b" tar -c .
+elif [ -e "$p" ] || [ -L "$p" ]; then cd "$("$b" dirname "$p")" && echo FILE && exec "$b" tar -c "./$("$b" basename "$p")"
+else echo MISSING; fi`;
 
 /** Host-wide reasons the overlay reader cannot serve `changes()`, each logged once. */
 const slowChangesReasons = new Set<string>();
@@ -287,6 +297,19 @@ export class DockerSandbox implements Sandbox {
   async download(sandboxPath: string, hostDir: string, options: DownloadOptions = {}): Promise<DownloadReport> {
     this.assertOpen("download");
     const source = this.resolve(sandboxPath);
+    const maxBytes = options.maxBytes ?? Number.POSITIVE_INFINITY;
+    // A running container: the trusted busybox's tar through an exec (~15 ms of daemon work),
+    // not the archive API (the daemon re-executes itself to chroot: ~65 ms of CPU per call).
+    const streamed = await this.tarThroughExec(source);
+    if (streamed === "missing") return { files: 0, bytes: 0, truncated: false, skipped: [] };
+    if (streamed !== "stopped") {
+      await mkdir(hostDir, { recursive: true });
+      try {
+        return await streamed.extract(hostDir, maxBytes);
+      } catch (error) {
+        throw new TransferError(`download ${source} -> ${hostDir} failed: ${daemonMessage(error)}`, source, { cause: error });
+      }
+    }
     // One round trip: the archive response carries the source's stat in a header.
     const archive = await this.getArchive(source, "download");
     if (archive === null) return { files: 0, bytes: 0, truncated: false, skipped: [] };
@@ -601,6 +624,93 @@ export class DockerSandbox implements Sandbox {
     } catch (error) {
       throw this.transferFailure(operation, dir, error);
     }
+  }
+
+  /**
+   * `source` as a tar stream from the trusted busybox (entries relative to it: a directory's
+   * contents, or a file under its own name; links stored, never followed), read with
+   * backpressure and cut by extractBounded (which then ends the exec). "missing" when there is no
+   * such path, "stopped" when the container cannot run an exec (the caller uses the archive API).
+   */
+  private async tarThroughExec(source: string): Promise<"missing" | "stopped" | { extract: (hostDir: string, maxBytes: number) => Promise<DownloadReport> }> {
+    const execId = randomUUID();
+    let exec: Dockerode.Exec;
+    let stream: Duplex;
+    try {
+      exec = await this.container.exec({
+        Cmd: [TRUSTED_BUSYBOX, "sh", "-c", TAR_SCRIPT, "sh", TRUSTED_BUSYBOX, source],
+        AttachStdout: true,
+        AttachStderr: true,
+        Env: [`${EXEC_MARKER}=${execId}`],
+        WorkingDir: "/",
+        User: "0",
+      });
+      stream = await exec.start({ hijack: true, stdin: false });
+    } catch (error) {
+      if (statusCode(error) === 409) return "stopped"; // "container ... is not running"
+      throw this.failure(`download ${source}`, error);
+    }
+    const archive = new PassThrough();
+    let ended = false;
+    let kind: Promise<string>;
+    let stderr = "";
+    {
+      let found: (kind: string) => void;
+      kind = new Promise((resolve) => (found = resolve));
+      // The kind comes first on stdout (stderr is another pipe: no order with it).
+      let head: Buffer | null = Buffer.alloc(0);
+      const demux = new FrameDemuxer((which, chunk) => {
+        if (which === "stderr") {
+          stderr += chunk.toString("utf8");
+          return;
+        }
+        if (head !== null) {
+          head = Buffer.concat([head, chunk]);
+          const newline = head.indexOf(10);
+          if (newline < 0) {
+            if (head.length > 16) found("ENDED");
+            return;
+          }
+          found(head.subarray(0, newline).toString("latin1"));
+          chunk = head.subarray(newline + 1);
+          head = null;
+        }
+        if (chunk.length > 0 && !archive.write(chunk)) {
+          stream.pause();
+          archive.once("drain", () => stream.resume());
+        }
+      });
+      stream.on("data", (chunk: Buffer) => demux.push(chunk));
+      stream.once("end", () => {
+        ended = true;
+        archive.end();
+        found("ENDED");
+      });
+      stream.once("error", (error) => archive.destroy(error));
+    }
+    const stop = () => {
+      stream.destroy();
+      void this.killExecTree(execId);
+    };
+    const seen = await kind;
+    if (seen !== "DIR" && seen !== "FILE") {
+      stop();
+      if (seen === "MISSING") return "missing";
+      throw new TransferError(`download ${source} failed: ${stderr.trim().slice(-300) || "the trusted tar sent no archive"}`, source);
+    }
+    return {
+      extract: async (hostDir, maxBytes) => {
+        // extractBounded destroys the archive once its budget is spent: end the tar then.
+        archive.once("close", () => {
+          if (!ended) stop();
+        });
+        const report = await extractBounded(archive, hostDir, { strip: 0, maxBytes });
+        if (report.truncated) return report;
+        const exitCode = await this.exitCode(exec);
+        if (exitCode !== 0) throw new Error(`the trusted tar exited ${exitCode}: ${stderr.trim().slice(-300)}`);
+        return report;
+      },
+    };
   }
 
   private async getArchive(path: string, operation: string): Promise<NodeJS.ReadableStream | null> {

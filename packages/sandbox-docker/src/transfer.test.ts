@@ -7,7 +7,7 @@ import { TransferError, type Sandbox } from "@proctor/sandbox";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dockerTestGate } from "./gate";
 import { DockerRuntime } from "./runtime";
-import { BUSYBOX, testContainers } from "./test-helpers";
+import { BUSYBOX, testContainers, until } from "./test-helpers";
 
 const docker = new Dockerode();
 const run = await dockerTestGate(docker);
@@ -100,6 +100,29 @@ describe.skipIf(!run)("DockerSandbox file transfer", () => {
     await expect(sandbox.readFile("/tmp/big.bin", { maxBytes: 1024 })).rejects.toThrow(/2048 bytes, above the 1024 byte limit/);
     expect((await sandbox.readFile("/tmp/big.bin", { maxBytes: 2048 }))?.length).toBe(2048);
     await expect(sandbox.readFile("/tmp")).rejects.toBeInstanceOf(TransferError);
+  });
+
+  it("download: odd and 150-byte names survive, a cut download leaves no tar running, a stopped container still gives its files", async () => {
+    const long = "n".repeat(150);
+    await sandbox.exec({ shell: `mkdir -p "/odd/a dir" && echo 1 > "/odd/-x" && echo 2 > "/odd/a dir/${long}" && echo 3 > /odd/é` });
+    const back = join(host, "odd");
+    expect(await sandbox.download("/odd", back)).toMatchObject({ files: 3, truncated: false, skipped: [] });
+    expect(await readFile(join(back, "a dir", long), "utf8")).toBe("2\n");
+    expect(await readFile(join(back, "-x"), "utf8")).toBe("1\n");
+    expect(await readFile(join(back, "é"), "utf8")).toBe("3\n");
+
+    await sandbox.exec({ shell: "mkdir -p /big2 && truncate -s 2G /big2/huge" });
+    expect((await sandbox.download("/big2", join(host, "cut"), { maxBytes: 1024 })).truncated).toBe(true);
+    const tarLeft = async () => (await sandbox.exec({ shell: "ps -o args | grep -c '[t]ar -c' || true" }, { user: "0" })).stdout.trim();
+    expect(await until(async () => (await tarLeft()) === "0", 30_000)).toBe(true);
+
+    const stopping = await runtime.create({ image: BUSYBOX, labels: tracked.labels });
+    await stopping.exec({ shell: "mkdir -p /keep && echo kept > /keep/f" });
+    await docker.getContainer((stopping as unknown as { id: string }).id).stop({ t: 0 });
+    const fromStopped = join(host, "stopped");
+    expect(await stopping.download("/keep", fromStopped)).toMatchObject({ files: 1 });
+    expect(await readFile(join(fromStopped, "f"), "utf8")).toBe("kept\n");
+    await stopping.kill();
   });
 
   it("download: a missing source copies nothing; a file lands in hostDir under its name", async () => {
