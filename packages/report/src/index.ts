@@ -7,6 +7,7 @@ export { competitionReport } from "./competition";
 export type { CompetitionRow, CompetitionTotals } from "./competition";
 export { renderText, renderMarkdown, formatDuration, percent, textTable } from "./text";
 export { renderRunSummary } from "./summary";
+export { validationProblems } from "./validation";
 export { createProgress } from "./progress";
 export type { ProgressReporter, ProgressOptions } from "./progress";
 export { EtaEstimator } from "./eta";

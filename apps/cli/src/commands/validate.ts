@@ -6,7 +6,7 @@ import { startRun } from "@proctor/engine";
 import { loadTasks } from "@proctor/tasks";
 import { UsageError } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
-import { createProgress } from "@proctor/report";
+import { createProgress, validationProblems } from "@proctor/report";
 import { prepareSources } from "../sources";
 
 export interface ValidateOptions {
@@ -31,46 +31,6 @@ export interface ValidateOptions {
 
 type AgentKind = "oracle" | "nop";
 interface Outcome { oracle?: TrialResult; nop?: TrialResult }
-
-const MAX_NAMED = 8;
-
-function listed(ids: readonly string[]): string {
-  return ids.length > MAX_NAMED ? `${ids.slice(0, MAX_NAMED).join(", ")} and ${ids.length - MAX_NAMED} more` : ids.join(", ");
-}
-
-function firstLine(text: string): string {
-  const line = text.split("\n")[0] ?? "";
-  return line.length > 200 ? `${line.slice(0, 197)}...` : line;
-}
-
-/** What went wrong with the oracle's trial, naming the tests (or checks) that failed. */
-function oracleProblem(r: TrialResult | undefined): string | null {
-  if (!r) return "oracle did not run";
-  if (r.status === "passed") return null;
-  if (r.status === "error") return `oracle error (${r.error?.kind}: ${firstLine(r.error?.message ?? "")})`;
-  if (r.grading) {
-    const parts = [];
-    if (r.grading.failToPass.failure.length > 0) parts.push(`FAIL_TO_PASS failing: ${listed(r.grading.failToPass.failure.map((id) => `${id} (${r.grading?.tests[id] ?? "not run"})`))}`);
-    if (r.grading.passToPass.failure.length > 0) parts.push(`PASS_TO_PASS failing: ${listed(r.grading.passToPass.failure.map((id) => `${id} (${r.grading?.tests[id] ?? "not run"})`))}`);
-    return `oracle does not resolve: ${parts.join("; ") || "no failing test named"}`;
-  }
-  const failing = (r.checks ?? []).filter((c) => !c.passed).map((c) => `${c.name} (${c.timedOut ? "timed out" : `exit ${c.exitCode}`})`);
-  return `oracle reward ${r.reward}, expected 1${failing.length > 0 ? `; failing checks: ${listed(failing)}` : ""}`;
-}
-
-/** What went wrong with nop's trial: it must score 0 without an error. */
-function nopProblem(r: TrialResult | undefined): string | null {
-  if (!r) return "nop did not run";
-  if (r.status === "error") return `nop error (${r.error?.kind}: ${firstLine(r.error?.message ?? "")})`;
-  if (r.status === "failed" && r.reward === 0) return null;
-  if (r.grading) {
-    // The tests that should fail before the fix but pass with no change at all.
-    const passing = r.grading.failToPass.success;
-    return `nop resolves: ${passing.length > 0 ? `FAIL_TO_PASS already passing without a fix: ${listed(passing)}` : "every FAIL_TO_PASS test passes without a fix"}`;
-  }
-  const passing = (r.checks ?? []).filter((c) => c.passed).map((c) => c.name);
-  return `nop reward ${r.reward}, expected 0${passing.length > 0 ? `; checks passing without a fix: ${listed(passing)}` : ""}`;
-}
 
 /**
  * `proctor tasks validate`: runs the oracle, then nop, over every task with the engine (the same
@@ -137,7 +97,7 @@ export async function validateCommand(options: ValidateOptions): Promise<number>
   const broken: string[] = [];
   for (const task of tasks) {
     const r = results.get(task.id) ?? {};
-    const problems = [oracleProblem(r.oracle), nopProblem(r.nop)].filter((p): p is string => p !== null);
+    const problems = validationProblems(r);
     if (problems.length > 0) broken.push([`  ${task.id}`, ...problems.map((p) => `    ${p}`)].join("\n"));
   }
   if (broken.length === 0) {
