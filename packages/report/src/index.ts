@@ -8,6 +8,7 @@ export type { CompetitionRow, CompetitionTotals } from "./competition";
 export { renderText, renderMarkdown, formatDuration, percent, textTable } from "./text";
 export { renderRunSummary } from "./summary";
 export { validationProblems } from "./validation";
+export { batchTaskTable, createBatchProgress } from "./batch-progress";
 export { createProgress } from "./progress";
 export type { ProgressReporter, ProgressOptions } from "./progress";
 export { EtaEstimator } from "./eta";

@@ -1,5 +1,6 @@
 import { percent } from "../format";
-import { batchProgress, clientFor, taskTable, type ServerCredentials } from "./submit";
+import { batchTaskTable, createBatchProgress } from "@proctor/report";
+import { clientFor, type ServerCredentials } from "./submit";
 
 export interface BatchCommandOptions extends ServerCredentials {
   batchId: string;
@@ -13,7 +14,7 @@ export async function statusCommand(options: BatchCommandOptions): Promise<numbe
   if (options.json) {
     process.stdout.write(`${JSON.stringify({ ...status, tasks: tasks.tasks }, null, 2)}\n`);
   } else {
-    process.stdout.write(`${taskTable(tasks.tasks)}\n\n`);
+    process.stdout.write(`${batchTaskTable(tasks.tasks)}\n\n`);
     const rate = status.total_tasks > 0 ? status.passed_tasks / status.total_tasks : null;
     const where = status.queue_position === undefined ? "" : ` (position ${status.queue_position} in the queue)`;
     process.stdout.write(
@@ -26,12 +27,12 @@ export async function statusCommand(options: BatchCommandOptions): Promise<numbe
 /** `proctor follow <batch-id> [--since SEQ]`: follow a submitted batch live until it ends (reconnecting with `since`), then its table. */
 export async function followCommand(options: BatchCommandOptions & { since?: number }): Promise<number> {
   const client = clientFor(options);
-  const progress = batchProgress();
+  const progress = createBatchProgress(process.stderr);
   await client.follow(options.batchId, { onEvent: progress.onEvent, ...(options.since !== undefined ? { since: options.since } : {}) }).finally(() => progress.stop());
   const status = await client.status(options.batchId);
   if (options.json) process.stdout.write(`${JSON.stringify(status, null, 2)}\n`);
   else {
-    process.stdout.write(`${taskTable((await client.tasks(options.batchId)).tasks)}\n\n`);
+    process.stdout.write(`${batchTaskTable((await client.tasks(options.batchId)).tasks)}\n\n`);
     process.stdout.write(`batch ${status.batch_id} ${status.status}: ${status.passed_tasks}/${status.total_tasks} passed\n`);
   }
   return exitCodeOf(status.status);
