@@ -23,6 +23,7 @@ export {
   RECEIPT_FILES,
   buildReceipt,
   verifyReceipt,
+  renderReceiptVerification,
   parseReceipt,
   readReceipt,
   canonicalJson,

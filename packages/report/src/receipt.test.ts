@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { Keypair, decodeAddress, encodeAddress } from "@proctor/auth";
 import { afterEach, beforeEach, describe, expect, test } from "vitest";
 import { ReceiptFormatError } from "./errors";
-import { RECEIPT_FORMAT, buildReceipt, canonicalJson, parseReceipt, readReceipt, receiptMessage, treeDigest, verifyReceipt } from "./receipt";
+import { RECEIPT_FORMAT, buildReceipt, canonicalJson, parseReceipt, readReceipt, receiptMessage, renderReceiptVerification, treeDigest, verifyReceipt } from "./receipt";
 import type { Receipt } from "./receipt";
 
 const SERVER = Keypair.generate();
@@ -84,6 +84,21 @@ describe("signed receipts", () => {
     expect(pinned).toMatchObject({ valid: true, signerPinned: true });
     // Without a run dir only the signature is checked.
     expect(await verifyReceipt(receipt)).toMatchObject({ valid: true, runDir: null, matched: [] });
+  });
+
+  test("the printed verification says what was checked, what matched, and what was not pinned", async () => {
+    const receipt = await sign();
+    const checked = renderReceiptVerification(receipt, await verifyReceipt(receipt, { runDir, signer: SERVER.address }));
+    expect(checked).toMatch(/^receipt    batch batch-1 \(completed\), submitted by \S+, signed 2025-01-02T03:04:05.000Z$/m);
+    expect(checked).toMatch(/^signer     \S+ \(pinned with --signer\)$/m);
+    expect(checked).toMatch(/^files      5\/5 hashes match in /m);
+    expect(checked).toMatch(/^result     valid\n$/m);
+    await writeFile(join(runDir, "results.jsonl"), "changed\n");
+    const bad = renderReceiptVerification(receipt, await verifyReceipt(receipt, { runDir }));
+    expect(bad).toMatch(/NOT pinned/);
+    expect(bad).toMatch(/^files      4\/5 hashes match/m);
+    expect(bad).toMatch(/^result     NOT valid \(1 problem\(s\)\)$/m);
+    expect(renderReceiptVerification(receipt, await verifyReceipt(receipt))).toMatch(/^files      not checked \(pass --run-dir DIR/m);
   });
 
   test("one changed byte in results.jsonl is named, the signature still verifies", async () => {

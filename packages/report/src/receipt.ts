@@ -332,3 +332,20 @@ export async function verifyReceipt(receipt: Receipt, options: VerifyReceiptOpti
 function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return a.length === b.length && a.every((byte, i) => byte === b[i]);
 }
+
+/**
+ * What `proctor verify-receipt` prints: who signed what, whether the signature holds, how many
+ * hashes match the files (with --run-dir), and the verdict. Names the flags that pin or check more.
+ */
+export function renderReceiptVerification(receipt: Receipt, result: ReceiptVerification): string {
+  const lines = [
+    `receipt    batch ${receipt.batch_id} (${receipt.status}), submitted by ${receipt.submitted_by ?? "-"}, signed ${receipt.created_at}`,
+    `signer     ${receipt.server} ${result.signerPinned ? "(pinned with --signer)" : "(NOT pinned: any key's valid signature is accepted; pass --signer SS58 to require the server's key)"}`,
+    `signature  ${result.signatureValid ? "valid" : "INVALID"}`,
+  ];
+  const total = Object.keys(receipt.files).length + Object.keys(receipt.tasks).length + (receipt.agent_code === null ? 0 : 1);
+  if (result.runDir === null) lines.push("files      not checked (pass --run-dir DIR to compare the hashes with the batch's files)");
+  else lines.push(`files      ${result.matched.length}/${total} hashes match in ${result.runDir} (results.jsonl, summary.json, ${Object.keys(receipt.tasks).length} task(s), agent code)`);
+  lines.push(result.valid ? "result     valid" : `result     NOT valid (${result.problems.length} problem(s))`);
+  return `${lines.join("\n")}\n`;
+}

@@ -1,7 +1,7 @@
 import { stat } from "node:fs/promises";
 import { InvalidAddressError, decodeAddress } from "@proctor/auth";
-import { ReceiptFormatError, readReceipt, verifyReceipt } from "@proctor/report";
-import type { Receipt, ReceiptVerification } from "@proctor/report";
+import { ReceiptFormatError, readReceipt, renderReceiptVerification, verifyReceipt } from "@proctor/report";
+import type { Receipt } from "@proctor/report";
 import { UsageError } from "../errors";
 
 export interface VerifyReceiptCommandOptions {
@@ -40,23 +40,10 @@ export async function verifyReceiptCommand(options: VerifyReceiptCommandOptions)
   }
   const result = await verifyReceipt(receipt, { runDir: options.runDir, signer: options.signer });
   if (options.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
-  else process.stdout.write(summary(receipt, result));
+  else process.stdout.write(renderReceiptVerification(receipt, result));
   const [first, ...rest] = result.problems;
   if (first === undefined) return 0;
   process.stderr.write(`proctor: ${first.message}\n`);
   for (const problem of rest) process.stderr.write(`  also: ${problem.message}\n`);
   return 1;
-}
-
-function summary(receipt: Receipt, result: ReceiptVerification): string {
-  const lines = [
-    `receipt    batch ${receipt.batch_id} (${receipt.status}), submitted by ${receipt.submitted_by ?? "-"}, signed ${receipt.created_at}`,
-    `signer     ${receipt.server} ${result.signerPinned ? "(pinned with --signer)" : "(NOT pinned: any key's valid signature is accepted; pass --signer SS58 to require the server's key)"}`,
-    `signature  ${result.signatureValid ? "valid" : "INVALID"}`,
-  ];
-  const total = Object.keys(receipt.files).length + Object.keys(receipt.tasks).length + (receipt.agent_code === null ? 0 : 1);
-  if (result.runDir === null) lines.push("files      not checked (pass --run-dir DIR to compare the hashes with the batch's files)");
-  else lines.push(`files      ${result.matched.length}/${total} hashes match in ${result.runDir} (results.jsonl, summary.json, ${Object.keys(receipt.tasks).length} task(s), agent code)`);
-  lines.push(result.valid ? "result     valid" : `result     NOT valid (${result.problems.length} problem(s))`);
-  return `${lines.join("\n")}\n`;
 }
