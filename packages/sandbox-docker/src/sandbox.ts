@@ -70,6 +70,9 @@ if [ -d "$p" ] && [ ! -L "$p" ]; then cd "$p" && echo DIR && exec "$b" tar -c .
 elif [ -e "$p" ] || [ -L "$p" ]; then cd "$("$b" dirname "$p")" && echo FILE && exec "$b" tar -c "./$("$b" basename "$p")"
 else echo MISSING; fi`;
 
+/** Run by the trusted busybox as root with ($1 busybox, $2 dir): extracts stdin's tar into dir. */
+const UNTAR_SCRIPT = `b="$1"; d="$2"; "$b" mkdir -p "$d" && cd "$d" && exec "$b" tar -x`;
+
 /** Host-wide reasons the overlay reader cannot serve `changes()`, each logged once. */
 const slowChangesReasons = new Set<string>();
 /** How long a removal waits for a restarting daemon. */
@@ -612,6 +615,8 @@ export class DockerSandbox implements Sandbox {
    * `mkdir -p` as root would, without an exec.
    */
   private async putArchive(dir: string, makeTar: (prefix: string) => Readable, operation: string): Promise<void> {
+    // A running container: the trusted busybox's tar through an exec (see tarThroughExec).
+    if (await this.untarThroughExec(dir, makeTar, operation)) return;
     try {
       await this.container.putArchive(makeTar(""), { path: dir });
       return;
@@ -711,6 +716,52 @@ export class DockerSandbox implements Sandbox {
         return report;
       },
     };
+  }
+
+  /**
+   * Extracts `makeTar("")` into `dir` (made like `mkdir -p` by root) with the trusted busybox's tar
+   * fed through an exec's stdin. False when the container cannot run an exec (not running).
+   */
+  private async untarThroughExec(dir: string, makeTar: (prefix: string) => Readable, operation: string): Promise<boolean> {
+    let exec: Dockerode.Exec;
+    let stream: Duplex;
+    try {
+      exec = await this.container.exec({
+        Cmd: [TRUSTED_BUSYBOX, "sh", "-c", UNTAR_SCRIPT, "sh", TRUSTED_BUSYBOX, dir],
+        AttachStdin: true,
+        AttachStdout: true,
+        AttachStderr: true,
+        Env: [`${EXEC_MARKER}=${randomUUID()}`],
+        WorkingDir: "/",
+        User: "0",
+      });
+      stream = await exec.start({ hijack: true, stdin: true });
+    } catch (error) {
+      if (statusCode(error) === 409) return false; // "container ... is not running"
+      throw this.transferFailure(operation, dir, error);
+    }
+    let output = "";
+    const demux = new FrameDemuxer((_, chunk) => {
+      if (output.length < 4096) output += chunk.toString("utf8");
+    });
+    const source = makeTar("");
+    try {
+      await new Promise<void>((resolve, reject) => {
+        stream.on("data", (chunk: Buffer) => demux.push(chunk));
+        stream.once("end", resolve);
+        stream.once("close", resolve);
+        stream.once("error", reject);
+        source.once("error", reject);
+        source.pipe(stream); // ends our side at the end of the archive: tar sees EOF
+      });
+    } catch (error) {
+      source.destroy();
+      stream.destroy();
+      throw this.transferFailure(operation, dir, error);
+    }
+    const exitCode = await this.exitCode(exec);
+    if (exitCode !== 0) throw new TransferError(`${operation} (${dir}) failed: the trusted tar exited ${exitCode}: ${output.trim().slice(-300)}`, dir);
+    return true;
   }
 
   private async getArchive(path: string, operation: string): Promise<NodeJS.ReadableStream | null> {

@@ -102,7 +102,7 @@ describe.skipIf(!run)("DockerSandbox file transfer", () => {
     await expect(sandbox.readFile("/tmp")).rejects.toBeInstanceOf(TransferError);
   });
 
-  it("download: odd and 150-byte names survive, a cut download leaves no tar running, a stopped container still gives its files", async () => {
+  it("transfers: odd and 150-byte names survive both ways, a cut download leaves no tar running, a stopped container still takes and gives files", async () => {
     const long = "n".repeat(150);
     await sandbox.exec({ shell: `mkdir -p "/odd/a dir" && echo 1 > "/odd/-x" && echo 2 > "/odd/a dir/${long}" && echo 3 > /odd/é` });
     const back = join(host, "odd");
@@ -110,6 +110,9 @@ describe.skipIf(!run)("DockerSandbox file transfer", () => {
     expect(await readFile(join(back, "a dir", long), "utf8")).toBe("2\n");
     expect(await readFile(join(back, "-x"), "utf8")).toBe("1\n");
     expect(await readFile(join(back, "é"), "utf8")).toBe("3\n");
+    // And back in: the same names through upload.
+    await sandbox.upload(back, "/odd-again");
+    expect((await sandbox.exec({ shell: `cat "/odd-again/a dir/${long}" /odd-again/-x /odd-again/é` })).stdout).toBe("2\n1\n3\n");
 
     await sandbox.exec({ shell: "mkdir -p /big2 && truncate -s 2G /big2/huge" });
     expect((await sandbox.download("/big2", join(host, "cut"), { maxBytes: 1024 })).truncated).toBe(true);
@@ -119,8 +122,10 @@ describe.skipIf(!run)("DockerSandbox file transfer", () => {
     const stopping = await runtime.create({ image: BUSYBOX, labels: tracked.labels });
     await stopping.exec({ shell: "mkdir -p /keep && echo kept > /keep/f" });
     await docker.getContainer((stopping as unknown as { id: string }).id).stop({ t: 0 });
+    await stopping.writeFile("/keep/g", "written while stopped\n");
     const fromStopped = join(host, "stopped");
-    expect(await stopping.download("/keep", fromStopped)).toMatchObject({ files: 1 });
+    expect(await stopping.download("/keep", fromStopped)).toMatchObject({ files: 2 });
+    expect(await readFile(join(fromStopped, "g"), "utf8")).toBe("written while stopped\n");
     expect(await readFile(join(fromStopped, "f"), "utf8")).toBe("kept\n");
     await stopping.kill();
   });
