@@ -111,6 +111,7 @@ describe("a run through the queue", () => {
         if (name === "big-log") expect(tree["logs/verifier/big.log"]).toMatch(/^file 100644 3000000 /);
         if (name === "many-files") expect(tree["logs/verifier/f299.txt"]).toMatch(/^file 100600 4 /);
       }
+      expect(await readdir(join(root, "worker-art", "runs"))).toEqual([]); // each trial's scratch dir went with its result
     } finally {
       await worker.drain();
       await dispatcher.close();

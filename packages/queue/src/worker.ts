@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { lstatSync, readdirSync } from "node:fs";
-import { mkdir, rm } from "node:fs/promises";
+import { lstatSync, readdirSync, type Dirent } from "node:fs";
+import { mkdir, readdir, rmdir, unlink } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { createAgent } from "@proctor/agents";
@@ -218,7 +218,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
       return { trialId: data.trialId };
     } finally {
       if (running.delete(data.trialId)) beatSoon(); // ended without a result (retry, stop)
-      await rm(runDir, { recursive: true, force: true }).catch(() => undefined);
+      await removeTree(runDir).catch((error: unknown) => logger.warn("removing a trial's scratch dir failed", { dir: runDir, error: (error as Error).message }));
     }
   };
 
@@ -288,6 +288,23 @@ function labelled(runtime: SandboxRuntime, labels: Record<string, string>): Sand
     ...(runtime.available ? { available: runtime.available.bind(runtime) } : {}),
     ...(runtime.drain ? { drain: runtime.drain.bind(runtime) } : {}),
   };
+}
+
+/**
+ * Removes `dir` and everything in it, links not followed: entry types come from readdir, so each
+ * file costs one unlink and each directory one readdir and one rmdir (fs.rm's recursive walk
+ * lstats every entry and tries rmdir on files first, ~2x the calls for a trial's small tree).
+ */
+async function removeTree(dir: string): Promise<void> {
+  let entries: Dirent[];
+  try {
+    entries = await readdir(dir, { withFileTypes: true });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw error;
+  }
+  await Promise.all(entries.map((entry) => (entry.isDirectory() ? removeTree(join(dir, entry.name)) : unlink(join(dir, entry.name)))));
+  await rmdir(dir);
 }
 
 /** The trial dir as a tar (small: built synchronously, plain) or a tar.gz (big: streamed). */
