@@ -1,7 +1,7 @@
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
-import { WsHub as Hub, snapshotOf, wireOfEvent, wireOfUpdate } from "@proctor/client";
-import type { WireEnvelope, WsFeed, WsHubOptions } from "@proctor/client";
+import { WsHub as Hub, batchFeed } from "@proctor/client";
+import type { WsFeed, WsHubOptions } from "@proctor/client";
 import type { QueuedBatch, RunQueue } from "@proctor/engine";
 
 export { DEFAULT_WS_OPTIONS } from "@proctor/client";
@@ -32,27 +32,10 @@ export class WsHub {
 
   private feedOf(batch: QueuedBatch): WsFeed {
     let feed = this.feeds.get(batch);
-    if (feed) return feed;
-    const queue = this.queue;
-    feed = {
-      id: batch.id,
-      get finished() {
-        return batch.finished;
-      },
-      prepare: () => queue.ensureSeq(batch),
-      snapshot: () => snapshotOf(batch),
-      replay: async (since) => {
-        const historic = batch.bus === null;
-        const events = await queue.replay(batch, since);
-        return events.map((event) => wireOfEvent(batch, event, historic)).filter((e): e is WireEnvelope => e !== null);
-      },
-      subscribe: (listener) =>
-        batch.subscribe((update) => {
-          const envelope = wireOfUpdate(batch, update);
-          if (envelope !== null) listener(envelope);
-        }),
-    };
-    this.feeds.set(batch, feed);
+    if (!feed) {
+      feed = batchFeed(batch, this.queue);
+      this.feeds.set(batch, feed);
+    }
     return feed;
   }
 }

@@ -1,6 +1,6 @@
 import type { ProctorEvent, RunSummary, TrialResult } from "@proctor/schema";
 import { describe, expect, test } from "vitest";
-import { batchStatusJson, snapshotOf, taskDetailJson, taskJson, wireOfEvent, wireOfUpdate, type BatchStateView, type TaskStateView } from "./batch-views";
+import { batchFeed, batchStatusJson, snapshotOf, taskDetailJson, taskJson, wireOfEvent, wireOfUpdate, type BatchStateView, type TaskStateView } from "./batch-views";
 import { BatchStatusResponse, SnapshotData, TaskDetailResponse, WireEnvelope } from "./wire";
 
 const done: TaskStateView = { taskId: "a", status: "completed", phase: null, outcome: "passed", reward: 1, error: null, durationMs: 1200 };
@@ -94,5 +94,44 @@ describe("batch state -> WebSocket messages", () => {
       seq: 5, event: "batch_complete", batch_id: "b1", ts: "t",
       data: { status: "failed", total: 2, completed: 1, passed: 1, failed: 0, reward: 1, duration_ms: 20, error: "agent_image/: no" },
     });
+  });
+});
+
+describe("batchFeed", () => {
+  test("replays recorded events in wire form (a historic interrupted finish of a cancelled batch is cancelled) and forwards live updates", async () => {
+    type LiveBatch = Parameters<typeof batchFeed>[0];
+    const listeners: Parameters<LiveBatch["subscribe"]>[0][] = [];
+    const live: LiveBatch = {
+      ...batch({ status: "cancelled" }),
+      finished: true,
+      bus: null,
+      subscribe: (listener) => {
+        listeners.push(listener);
+        return () => listeners.splice(listeners.indexOf(listener), 1);
+      },
+    };
+    const seen: number[] = [];
+    const summary = { status: "interrupted", trials: { planned: 2, total: 1, passed: 1, failed: 0, errored: 0 }, meanReward: 1, durationMs: 9 } as RunSummary;
+    const recorded = [
+      { seq: 5, ts: "t", runId: "b1", type: "trial_started", trialId: "b__1", taskId: "b", data: { attempt: 1, retry: 0 } },
+      { seq: 6, ts: "t", runId: "b1", type: "run_finished", data: summary },
+    ] as ProctorEvent[];
+    const feed = batchFeed(live, {
+      ensureSeq: async () => {
+        seen.push(-1);
+      },
+      replay: async (_b, since) => recorded.filter((e) => e.seq > since),
+    });
+    await feed.prepare();
+    expect(seen).toEqual([-1]);
+    expect(feed.finished).toBe(true);
+    expect((await feed.replay(4)).map((e) => [e.seq, e.event, e.data.status])).toEqual([[5, "task_started", undefined], [6, "batch_complete", "cancelled"]]);
+    const got: WireEnvelope[] = [];
+    const stop = feed.subscribe((e) => got.push(e));
+    listeners[0]?.({ type: "finished", seq: 7, ts: "t", status: "cancelled", summary: null, error: null });
+    stop();
+    expect(listeners).toHaveLength(0);
+    expect(got.map((e) => [e.seq, e.event])).toEqual([[7, "batch_complete"]]);
+    expect(JSON.parse(feed.snapshot().json).event).toBe("snapshot");
   });
 });

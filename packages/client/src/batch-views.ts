@@ -1,4 +1,5 @@
 import type { ProctorEvent, RunSummary, TrialResult } from "@proctor/schema";
+import type { WsFeed } from "./ws-hub";
 import { batchCompleteData, toWire, type BatchStatus, type BatchStatusResponse, type TaskDetailResponse, type TaskJson, type WireEnvelope } from "./wire";
 
 // A batch's live state -> the routes' and WebSocket's answers. Anything holding a batch's state
@@ -138,4 +139,40 @@ export function wireOfUpdate(batch: BatchStateView, update: BatchUpdateView): Wi
     ? batchCompleteData(summary, status)
     : { status, total: batch.tasks.size, completed: batch.completed, passed: batch.passed, failed: batch.failed, reward: batch.meanReward, duration_ms: Math.round(batch.durationMs ?? 0) };
   return { seq, event: "batch_complete", batch_id: batch.id, ts, data: { ...data, error } };
+}
+
+/** A batch that tells its updates (the engine's QueuedBatch). */
+export interface LiveBatchView extends BatchStateView {
+  readonly finished: boolean;
+  /** The running engine's event bus; null when the batch is not running (its events are history). */
+  readonly bus: unknown;
+  subscribe(listener: (update: BatchUpdateView) => void): () => void;
+}
+
+/**
+ * A batch as a WsHub feed: its snapshot, its recorded events after a seq (from `events`, e.g. the
+ * engine's RunQueue) and its live updates, all in wire form.
+ */
+export function batchFeed<B extends LiveBatchView>(
+  batch: B,
+  events: { ensureSeq(batch: B): Promise<void>; replay(batch: B, afterSeq: number): Promise<ProctorEvent[]> },
+): WsFeed {
+  return {
+    id: batch.id,
+    get finished() {
+      return batch.finished;
+    },
+    prepare: () => events.ensureSeq(batch),
+    snapshot: () => snapshotOf(batch),
+    replay: async (since) => {
+      const historic = batch.bus === null;
+      const recorded = await events.replay(batch, since);
+      return recorded.map((event) => wireOfEvent(batch, event, historic)).filter((e): e is WireEnvelope => e !== null);
+    },
+    subscribe: (listener) =>
+      batch.subscribe((update) => {
+        const envelope = wireOfUpdate(batch, update);
+        if (envelope !== null) listener(envelope);
+      }),
+  };
 }

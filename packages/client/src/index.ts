@@ -24,8 +24,8 @@ export {
   taskCompleteData,
   batchCompleteData,
 } from "./wire";
-export { batchStatusJson, taskJson, taskDetailJson, snapshotOf, wireOfEvent, wireOfUpdate } from "./batch-views";
-export type { BatchStateView, TaskStateView, BatchUpdateView } from "./batch-views";
+export { batchStatusJson, taskJson, taskDetailJson, batchFeed } from "./batch-views";
+export type { BatchStateView, TaskStateView, BatchUpdateView, LiveBatchView } from "./batch-views";
 export { SlotsClient, Slot, SlotCreated, SlotExecResult, SlotTestResult, SlotVerifyResult, PoolStats } from "./slots";
 export type { SlotCreateOptions, SlotExecOptions } from "./slots";
 export { WsHub, DEFAULT_WS_OPTIONS, CLOSE_CODES } from "./ws-hub";
