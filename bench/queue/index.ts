@@ -7,13 +7,13 @@
  * worker running (bundling included; target < 5 s for 10,000), with per-phase times and the CPU
  * each process spent (dispatcher, workers, redis), which a loaded machine distorts less than walls.
  *
- *   node --conditions=@proctor/source --import tsx bench/queue/index.ts [--trials 10000] [--tasks 100] [--workers 2] [--per-worker 4] [--enqueue-only]
+ *   node --conditions=@proctor/source --import tsx bench/queue/index.ts [--trials 10000] [--tasks 100] [--workers 2] [--per-worker 4] [--enqueue-only] [--queue-only]
  *
  * BENCH_MARKS=1 prints process.hrtime (µs) at each phase's start and end, to cut a `node
  * --cpu-prof` profile to one phase; BENCH_CPU_PROF_DIR=DIR profiles the workers too.
  */
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { openSync, readFileSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -31,6 +31,8 @@ const { values } = parseArgs({
     workers: { type: "string", default: "2" },
     "per-worker": { type: "string", default: "4" },
     "enqueue-only": { type: "boolean", default: false },
+    // Profiling the queue side alone: no in-process baseline, so no overhead figure.
+    "queue-only": { type: "boolean", default: false },
   },
 });
 const trials = Number(values.trials);
@@ -74,8 +76,12 @@ async function makeTasks(dir: string): Promise<void> {
 function spawnWorker(url: string, name: string, workDir: string): ChildProcess {
   // BENCH_CPU_PROF_DIR: profile the workers too (node --cpu-prof), to see where their time goes.
   const profile = process.env.BENCH_CPU_PROF_DIR ? ["--cpu-prof", "--cpu-prof-dir", process.env.BENCH_CPU_PROF_DIR] : [];
+  // BENCH_WORKER_NODE_FLAGS: more node flags for the workers (e.g. --trace-gc, which prints to stdout); their stdout goes to BENCH_WORKER_LOG_DIR/<name>.log when set.
+  profile.push(...(process.env.BENCH_WORKER_NODE_FLAGS?.split(" ").filter(Boolean) ?? []));
+  const logDir = process.env.BENCH_WORKER_LOG_DIR;
+  const out = logDir ? openSync(join(logDir, `${name}.log`), "w") : "ignore";
   const child = spawn(process.execPath, [...profile, "--conditions=@proctor/source", "--import", "tsx", join(repo, "apps/cli/src/main.ts"), "worker", "--queue", url, "--runtime", "local", "-n", String(perWorker), "--name", name, "--work-dir", workDir], {
-    stdio: ["ignore", "ignore", "pipe"],
+    stdio: ["ignore", out, "pipe"],
   });
   child.stderr?.on("data", (c: Buffer) => {
     if (/error/i.test(c.toString())) process.stderr.write(`[${name}] ${c}`);
@@ -83,7 +89,7 @@ function spawnWorker(url: string, name: string, workDir: string): ChildProcess {
   return child;
 }
 
-/** --enqueue-only: stop after step 1 (cleanup still runs). */
+/** --enqueue-only: stop after step 1; --queue-only: after step 3 (cleanup still runs). */
 class EnqueueOnly extends Error {}
 
 const work = await mkdtemp(join(tmpdir(), "proctor-bench-queue-"));
@@ -148,15 +154,19 @@ try {
   }
 
   // 2. In-process baseline. CPU counts this process and its trial shells (reaped children).
-  const localCpu0 = procCpuMs("self");
-  mark("in-process-start");
-  const t1 = performance.now();
-  const local = await startRun({ runId: "local", runDir: join(work, "runs", "local"), tasks, agent: { kind: "nop" }, runtime, concurrency: parallel, attempts }).done;
-  const localMs = performance.now() - t1;
-  mark("in-process-end");
-  const localCpu = procCpuMs("self") - localCpu0;
-  if (local.trials.passed !== trials) throw new Error(`in-process: expected ${trials} passed, got ${JSON.stringify(local.trials)}`);
-  console.log(`in-process -n ${parallel}: ${(localMs / 1000).toFixed(1)} s (${(localMs / trials).toFixed(2)} ms/trial wall), CPU ${(localCpu / trials).toFixed(2)} ms/trial; load ${load()}`);
+  let localMs = Number.NaN;
+  let localCpu = Number.NaN;
+  if (!values["queue-only"]) {
+    const localCpu0 = procCpuMs("self");
+    mark("in-process-start");
+    const t1 = performance.now();
+    const local = await startRun({ runId: "local", runDir: join(work, "runs", "local"), tasks, agent: { kind: "nop" }, runtime, concurrency: parallel, attempts }).done;
+    localMs = performance.now() - t1;
+    mark("in-process-end");
+    localCpu = procCpuMs("self") - localCpu0;
+    if (local.trials.passed !== trials) throw new Error(`in-process: expected ${trials} passed, got ${JSON.stringify(local.trials)}`);
+    console.log(`in-process -n ${parallel}: ${(localMs / 1000).toFixed(1)} s (${(localMs / trials).toFixed(2)} ms/trial wall), CPU ${(localCpu / trials).toFixed(2)} ms/trial; load ${load()}`);
+  }
 
   // 3. Through the queue, workers already listening (their start-up CPU is not counted).
   for (let i = 1; i <= workerCount; i++) workers.push(spawnWorker(redis.url, `bench-${i}`, join(work, `worker-${i}`)));
@@ -183,6 +193,7 @@ try {
   const queueCpu = queueSelf + queueWorkers + queueRedis;
   console.log(`  CPU per trial: dispatcher ${perTrial(queueSelf)} + workers ${perTrial(queueWorkers)} + redis ${perTrial(queueRedis)} = ${perTrial(queueCpu)} vs in-process ${perTrial(localCpu)} (+${perTrial(queueCpu - localCpu)} through the queue)`);
 
+  if (values["queue-only"]) throw new EnqueueOnly();
   const overheadMs = ((queueMs - localMs) * parallel) / trials;
   console.log(`dispatch overhead per trial ((queue - in-process) x ${parallel} / ${trials}): ${overheadMs.toFixed(2)} ms (target < 10 ms)`);
   console.log(`ratio queue / in-process wall: ${(queueMs / localMs).toFixed(2)}x; enqueue ${(enqueueMs / 1000).toFixed(2)} s (target < 5 s); load average at end: ${load()}`);
