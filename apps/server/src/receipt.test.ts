@@ -1,10 +1,9 @@
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { Keypair } from "@proctor/auth";
-import { parseReceipt, readReceipt, verifyReceipt } from "@proctor/report";
+import { RECEIPT_FILE, parseReceipt, readReceipt, verifyReceipt } from "@proctor/report";
 import { describe, expect, test } from "vitest";
 import { uploadArchive } from "@proctor/client";
-import { RECEIPT_FILE } from "./receipt";
 import { ALICE, BOB, call, makeArchive, startTestServer, waitForStatus } from "./test-support";
 import { useGitFixture } from "./test-fixture";
 

@@ -1,15 +1,11 @@
 import { join } from "node:path";
-import { readJsonFile, writeJsonAtomic } from "@proctor/engine";
-import { buildReceipt, parseReceipt } from "@proctor/report";
+import { RECEIPT_FILE, readStoredReceipt, writeBatchReceipt } from "@proctor/report";
 import type { Receipt, ReceiptSigner } from "@proctor/report";
 import type { Logger } from "@proctor/schema";
 import type { BatchStatus, QueuedBatch } from "@proctor/engine";
 import { loadBatchUpload } from "./batches";
 import { ConflictError, ServerError } from "./errors";
 import { UPLOAD_DIR } from "./store";
-
-/** The signed receipt in a finished batch's directory. */
-export const RECEIPT_FILE = "receipt.json";
 
 /** 404: the server has no receipt key, so it signs no receipts. */
 class ReceiptsDisabledError extends ServerError {
@@ -51,9 +47,7 @@ export class BatchReceipts {
     if (!batch.finished) {
       throw new ConflictError(`batch ${batch.id} is ${batch.status}; its receipt is signed when it finishes (completed, failed or cancelled): poll GET /batch/${batch.id}`);
     }
-    const stored = await readJsonFile(join(batch.dir, RECEIPT_FILE)).catch(() => null);
-    if (stored !== null) return parseReceipt(stored, `batch ${batch.id} ${RECEIPT_FILE}`);
-    return this.sign(batch, batch.status);
+    return (await readStoredReceipt(batch.dir, `batch ${batch.id} ${RECEIPT_FILE}`)) ?? this.sign(batch, batch.status);
   }
 
   private sign(batch: QueuedBatch, status: BatchStatus): Promise<Receipt> {
@@ -67,23 +61,16 @@ export class BatchReceipts {
   private async build(batch: QueuedBatch, status: BatchStatus): Promise<Receipt> {
     if (status !== "completed" && status !== "failed" && status !== "cancelled") throw new Error(`batch ${batch.id} is ${status}, not finished`);
     const loaded = await loadBatchUpload(join(batch.dir, UPLOAD_DIR), { allowLocalRepos: this.options.allowLocalRepos, logger: this.options.logger });
-    const byId = new Map(loaded.tasks.map((t) => [t.id, t.sourcePath]));
-    const tasks = batch.record.taskIds.map((id) => {
-      const dir = byId.get(id);
-      if (dir === undefined) throw new Error(`task ${id} of the upload no longer loads; cannot hash its bundle`);
-      return { id, dir };
-    });
-    const receipt = await buildReceipt({
+    return writeBatchReceipt({
       runDir: batch.dir,
       batchId: batch.id,
       status,
       submittedBy: batch.record.submittedBy,
-      tasks,
+      taskIds: batch.record.taskIds,
+      taskDirs: new Map(loaded.tasks.map((t) => [t.id, t.sourcePath])),
       agentDir: loaded.agent.dir,
       signer: this.options.signer,
     });
-    await writeJsonAtomic(join(batch.dir, RECEIPT_FILE), receipt);
-    return receipt;
   }
 }
 

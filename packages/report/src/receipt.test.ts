@@ -4,8 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Keypair, decodeAddress, encodeAddress } from "@proctor/auth";
 import { afterEach, beforeEach, describe, expect, test } from "vitest";
-import { ReceiptFormatError } from "./errors";
-import { RECEIPT_FORMAT, buildReceipt, canonicalJson, parseReceipt, readReceipt, receiptMessage, renderReceiptVerification, treeDigest, verifyReceipt } from "./receipt";
+import { ReceiptError, ReceiptFormatError } from "./errors";
+import { RECEIPT_FILE, RECEIPT_FORMAT, buildReceipt, readStoredReceipt, writeBatchReceipt, canonicalJson, parseReceipt, readReceipt, receiptMessage, renderReceiptVerification, treeDigest, verifyReceipt } from "./receipt";
 import type { Receipt } from "./receipt";
 
 const SERVER = Keypair.generate();
@@ -99,6 +99,25 @@ describe("signed receipts", () => {
     expect(bad).toMatch(/^files      4\/5 hashes match/m);
     expect(bad).toMatch(/^result     NOT valid \(1 problem\(s\)\)$/m);
     expect(renderReceiptVerification(receipt, await verifyReceipt(receipt))).toMatch(/^files      not checked \(pass --run-dir DIR/m);
+  });
+
+  test("a batch's receipt is stored as receipt.json and read back; none, or a torn file, is null; a wrong shape names the source", async () => {
+    expect(await readStoredReceipt(runDir, "batch batch-1 receipt.json")).toBeNull();
+    const taskDirs = new Map(["a", "b"].map((id) => [id, join(runDir, "upload", "sub", "tasks", id)]));
+    const options = { runDir, batchId: "batch-1", status: "completed" as const, submittedBy: null, agentDir: null, signer: SERVER };
+    const written = await writeBatchReceipt({ ...options, taskIds: ["a", "b"], taskDirs });
+    expect(Object.keys(written.tasks)).toEqual(["a", "b"]);
+    expect(await readStoredReceipt(runDir, "x")).toEqual(written);
+    expect((await verifyReceipt(written, { runDir, signer: SERVER.address })).valid).toBe(true);
+    // A task whose bundle is gone is not signed over, and nothing is written.
+    await rm(join(runDir, RECEIPT_FILE));
+    await expect(writeBatchReceipt({ ...options, taskIds: ["a", "c"], taskDirs })).rejects.toThrow(ReceiptError);
+    await expect(writeBatchReceipt({ ...options, taskIds: ["a", "c"], taskDirs })).rejects.toThrow(/task c of the upload no longer loads/);
+    expect(await readStoredReceipt(runDir, "x")).toBeNull();
+    await writeFile(join(runDir, RECEIPT_FILE), '{"format": "proctor-rec');
+    expect(await readStoredReceipt(runDir, "x")).toBeNull();
+    await writeFile(join(runDir, RECEIPT_FILE), '{"format": "other"}');
+    await expect(readStoredReceipt(runDir, "batch batch-1 receipt.json")).rejects.toThrow(/batch batch-1 receipt\.json/);
   });
 
   test("one changed byte in results.jsonl is named, the signature still verifies", async () => {

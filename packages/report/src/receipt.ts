@@ -1,6 +1,6 @@
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { lstat, readFile, readdir, readlink } from "node:fs/promises";
+import { lstat, readFile, readdir, readlink, rename, rm, writeFile } from "node:fs/promises";
 import { isAbsolute, join, relative, resolve, sep } from "node:path";
 import { decodeAddress, verifyMessage } from "@proctor/auth";
 import { z } from "zod";
@@ -182,6 +182,48 @@ export async function buildReceipt(options: BuildReceiptOptions): Promise<Receip
   };
   const signature = options.signer.sign(receiptMessage(body));
   return { ...body, signature: `0x${Buffer.from(signature).toString("hex")}` };
+}
+
+/** A signed receipt's file in a batch (run) directory. */
+export const RECEIPT_FILE = "receipt.json";
+
+/**
+ * The receipt stored in `runDir`, or null when there is none or its file is not JSON (sign it
+ * again then). JSON that is not a receipt is a ReceiptFormatError naming `source`.
+ */
+export async function readStoredReceipt(runDir: string, source: string): Promise<Receipt | null> {
+  const text = await readFile(join(runDir, RECEIPT_FILE), "utf8").catch(() => null);
+  let value: unknown = null;
+  try {
+    value = text === null ? null : JSON.parse(text);
+  } catch {
+    return null;
+  }
+  return value === null ? null : parseReceipt(value, source);
+}
+
+/**
+ * Sign the receipt of a finished batch whose tasks are `taskIds` (each bundle found in `taskDirs`)
+ * and store it in the run directory as receipt.json, written whole or not at all.
+ */
+export async function writeBatchReceipt(options: Omit<BuildReceiptOptions, "tasks"> & { taskIds: readonly string[]; taskDirs: ReadonlyMap<string, string> }): Promise<Receipt> {
+  const { taskIds, taskDirs, ...rest } = options;
+  const tasks = taskIds.map((id) => {
+    const dir = taskDirs.get(id);
+    if (dir === undefined) throw new ReceiptError(`task ${id} of the upload no longer loads; cannot hash its bundle`);
+    return { id, dir };
+  });
+  const receipt = await buildReceipt({ ...rest, tasks });
+  const path = join(options.runDir, RECEIPT_FILE);
+  const temp = `${path}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`;
+  try {
+    await writeFile(temp, `${JSON.stringify(receipt, null, 2)}\n`);
+    await rename(temp, path);
+  } catch (error) {
+    await rm(temp, { force: true });
+    throw error;
+  }
+  return receipt;
 }
 
 function runPath(runDir: string, dir: string): string {
