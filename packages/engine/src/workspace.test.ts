@@ -151,6 +151,18 @@ describe("RepoCache", () => {
     expect(seen.packs.sort()).toEqual(packs.sort());
   });
 
+  test("concurrent first checkouts of one commit all succeed and keep one pack", async () => {
+    const cache = new RepoCache(join(root, "cache-concurrent"));
+    const seen = await Promise.all(
+      Array.from({ length: 4 }, () => cache.withCheckout(origin, second, async (dir) => ({ head: git(dir, "rev-parse", "HEAD"), status: git(dir, "status", "--porcelain") }))),
+    );
+    expect(seen).toEqual(Array.from({ length: 4 }, () => ({ head: second, status: "" })));
+    const kept = join(root, "cache-concurrent", "commit-packs");
+    // No staging directory left behind by the checkouts that lost the race to keep it.
+    expect(await readdir(kept)).toEqual([second]);
+    expect(await readdir(join(kept, second))).toHaveLength(2);
+  });
+
   test("kept commit packs are bounded: the least recently used goes first", async () => {
     const cache = new RepoCache(join(root, "cache-bounded"), { maxCommitPacks: 1 });
     const kept = join(root, "cache-bounded", "commit-packs");
