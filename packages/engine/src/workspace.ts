@@ -200,7 +200,7 @@ export class RepoCache {
     await git(["--git-dir", gitDir, "pack-objects", "--quiet", "--revs", "--window=0", "--delta-base-offset", join(packs, "pack")], {
       ...options,
       input: `--shallow ${id}\n${id}\n`,
-      env: { GIT_ALTERNATE_OBJECT_DIRECTORIES: alternateEntry(join(bare, "objects")) },
+      env: { GIT_ALTERNATE_OBJECT_DIRECTORIES: alternateEntry(resolve(bare, "objects")) },
     });
     await this.keep(packs, kept);
   }
