@@ -151,6 +151,14 @@ describe("RepoCache", () => {
     expect(seen.packs.sort()).toEqual(packs.sort());
   });
 
+  test("a mirror whose path has a colon or a quote (git's alternates separators) checks out too", async () => {
+    const mirror = join(root, 'odd:"dir', "acme__odd.git");
+    execFileSync("git", ["clone", "-q", "--bare", origin, mirror]);
+    const cache = new RepoCache(join(root, "cache-odd"));
+    const content = await cache.withCheckout(mirror, second, (dir) => readFile(join(dir, "a.txt"), "utf8"));
+    expect(content).toBe("two\n");
+  });
+
   test("concurrent first checkouts of one commit all succeed and keep one pack", async () => {
     const cache = new RepoCache(join(root, "cache-concurrent"));
     const seen = await Promise.all(
