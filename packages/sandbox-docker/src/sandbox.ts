@@ -638,23 +638,11 @@ export class DockerSandbox implements Sandbox {
    * such path, "stopped" when the container cannot run an exec (the caller uses the archive API).
    */
   private async tarThroughExec(source: string): Promise<"missing" | "stopped" | { extract: (hostDir: string, maxBytes: number) => Promise<DownloadReport> }> {
-    const execId = randomUUID();
-    let exec: Dockerode.Exec;
-    let stream: Duplex;
-    try {
-      exec = await this.container.exec({
-        Cmd: [TRUSTED_BUSYBOX, "sh", "-c", TAR_SCRIPT, "sh", TRUSTED_BUSYBOX, source],
-        AttachStdout: true,
-        AttachStderr: true,
-        Env: [`${EXEC_MARKER}=${execId}`],
-        WorkingDir: "/",
-        User: "0",
-      });
-      stream = await exec.start({ hijack: true, stdin: false });
-    } catch (error) {
-      if (statusCode(error) === 409) return "stopped"; // "container ... is not running"
+    const started = await this.trustedScript(TAR_SCRIPT, source, false).catch((error: unknown) => {
       throw this.failure(`download ${source}`, error);
-    }
+    });
+    if (started === "stopped") return "stopped";
+    const { exec, stream, execId } = started;
     const archive = new PassThrough();
     let ended = false;
     let kind: Promise<string>;
@@ -719,27 +707,38 @@ export class DockerSandbox implements Sandbox {
   }
 
   /**
+   * Starts `script` under the trusted busybox's sh as root with ($1 busybox, $2 path), attached
+   * (stdin too when asked); "stopped" when the container cannot run an exec.
+   */
+  private async trustedScript(script: string, path: string, stdin: boolean): Promise<"stopped" | { exec: Dockerode.Exec; stream: Duplex; execId: string }> {
+    const execId = randomUUID();
+    try {
+      const exec = await this.container.exec({
+        Cmd: [TRUSTED_BUSYBOX, "sh", "-c", script, "sh", TRUSTED_BUSYBOX, path],
+        AttachStdin: stdin,
+        AttachStdout: true,
+        AttachStderr: true,
+        Env: [`${EXEC_MARKER}=${execId}`],
+        WorkingDir: "/",
+        User: "0",
+      });
+      return { exec, stream: await exec.start({ hijack: true, stdin }), execId };
+    } catch (error) {
+      if (statusCode(error) === 409) return "stopped"; // "container ... is not running"
+      throw error;
+    }
+  }
+
+  /**
    * Extracts `makeTar("")` into `dir` (made like `mkdir -p` by root) with the trusted busybox's tar
    * fed through an exec's stdin. False when the container cannot run an exec (not running).
    */
   private async untarThroughExec(dir: string, makeTar: (prefix: string) => Readable, operation: string): Promise<boolean> {
-    let exec: Dockerode.Exec;
-    let stream: Duplex;
-    try {
-      exec = await this.container.exec({
-        Cmd: [TRUSTED_BUSYBOX, "sh", "-c", UNTAR_SCRIPT, "sh", TRUSTED_BUSYBOX, dir],
-        AttachStdin: true,
-        AttachStdout: true,
-        AttachStderr: true,
-        Env: [`${EXEC_MARKER}=${randomUUID()}`],
-        WorkingDir: "/",
-        User: "0",
-      });
-      stream = await exec.start({ hijack: true, stdin: true });
-    } catch (error) {
-      if (statusCode(error) === 409) return false; // "container ... is not running"
+    const started = await this.trustedScript(UNTAR_SCRIPT, dir, true).catch((error: unknown) => {
       throw this.transferFailure(operation, dir, error);
-    }
+    });
+    if (started === "stopped") return false;
+    const { exec, stream } = started;
     let output = "";
     const demux = new FrameDemuxer((_, chunk) => {
       if (output.length < 4096) output += chunk.toString("utf8");
