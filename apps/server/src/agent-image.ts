@@ -1,5 +1,3 @@
-import { lstat, readdir } from "node:fs/promises";
-import { join } from "node:path";
 import { readImageAgent } from "@proctor/agents";
 import type { ImageRequest, SandboxRuntime } from "@proctor/sandbox";
 import { DockerRuntime, ImageBuildLimitError, buildImageWithLimits, type ImageBuildLimits } from "@proctor/sandbox-docker";
@@ -22,17 +20,6 @@ const MB = 1024 * 1024;
 /** A batch's agent image broke a server limit or did not build; its message is the batch's `error`. */
 class AgentImageError extends Error {
   override name = "AgentImageError";
-}
-
-/** Total bytes of the regular files under `dir` (symlinks counted as links, never followed). */
-export async function treeBytes(dir: string): Promise<number> {
-  let total = 0;
-  for (const entry of await readdir(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) total += await treeBytes(path);
-    else total += (await lstat(path)).size;
-  }
-  return total;
 }
 
 /**

@@ -10,7 +10,8 @@ import type { SandboxRuntime } from "@proctor/sandbox";
 import type { Logger, ModelProxySpec, TaskSpec } from "@proctor/schema";
 import { isCompetitionDir, loadCompetitionTask, loadTermExecutorArchive } from "@proctor/tasks";
 import type { TaskLoadError } from "@proctor/tasks";
-import { AGENT_IMAGE_DIR, DEFAULT_AGENT_IMAGE_LIMITS, agentImageRuntime, buildAgentImage, dockerRuntimeOf, treeBytes } from "./agent-image";
+import { buildContextBytes } from "@proctor/sandbox-docker";
+import { AGENT_IMAGE_DIR, DEFAULT_AGENT_IMAGE_LIMITS, agentImageRuntime, buildAgentImage, dockerRuntimeOf } from "./agent-image";
 import type { AgentImageLimits } from "./agent-image";
 import { BadRequestError, ForbiddenError, InvalidArchiveError, NotFoundError, PayloadTooLargeError } from "./errors";
 import type { ServerMetrics } from "./metrics";
@@ -155,7 +156,7 @@ export class Batches {
       );
     }
     const limit = this.imageLimits().maxBytes;
-    const bytes = await treeBytes(imageDir);
+    const bytes = await buildContextBytes(imageDir);
     if (bytes > limit) {
       throw new PayloadTooLargeError(
         `${AGENT_IMAGE_DIR}/ holds ${bytes} bytes, over this server's build context limit of ${limit / (1024 * 1024)} MB (--agent-image-max-mb ${limit / (1024 * 1024)}); leave data out of the image dir or ask the operator to raise the limit`,

@@ -1,6 +1,7 @@
 import { PassThrough } from "node:stream";
 import { describe, expect, it } from "vitest";
 import { batchTaskTable, createBatchProgress } from "./batch-progress";
+import { textTable } from "./text";
 
 function output(): { stream: PassThrough; text: () => string } {
   const stream = new PassThrough();
@@ -42,5 +43,12 @@ describe("batchTaskTable", () => {
     expect(table[0]).toMatch(/^task\s+outcome\s+reward\s+time\s+error$/);
     expect(table[2]).toMatch(/^a\s+passed\s+1\s+1m01s$/);
     expect(table[3]).toMatch(/^b\s+pending$/);
+  });
+});
+
+describe("textTable", () => {
+  it("right-aligns numbers after the first column, or aligns every column left", () => {
+    expect(textTable(["id", "n"], [["a", "1"], ["bb", "100"]]).split("\n")).toEqual(["id    n", "--  ---", "a     1", "bb  100"]);
+    expect(textTable(["id", "path"], [["a", "x/y/z"], ["bb", "q"]], "left").split("\n")).toEqual(["id  path", "--  -----", "a   x/y/z", "bb  q"]);
   });
 });

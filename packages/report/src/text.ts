@@ -26,10 +26,10 @@ export function pValue(p: number): string {
   return p < 0.0001 ? "< 0.0001" : p.toFixed(4);
 }
 
-/** A plain text table: left-aligned first column, right-aligned others. */
-export function textTable(header: string[], rows: string[][]): string {
+/** A plain text table: left-aligned first column, right-aligned others (numbers), or every column left-aligned (ids, paths). */
+export function textTable(header: string[], rows: string[][], align: "numbers" | "left" = "numbers"): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join("  ").trimEnd();
+  const line = (cells: string[]) => cells.map((c, i) => (i === 0 || align === "left" ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join("  ").trimEnd();
   return [line(header), widths.map((w) => "-".repeat(w)).join("  "), ...rows.map(line)].join("\n");
 }
 

@@ -2,7 +2,7 @@ export { DockerRuntime, DEFAULT_PIDS_LIMIT, DEFAULT_WARM_POOL, DROPPED_CAPABILIT
 export type { DockerRuntimeOptions } from "./runtime";
 export { DockerSandbox } from "./sandbox";
 export { BUILD_REPOSITORY, ImageBuildLimitError } from "./image";
-export { buildImageWithLimits } from "./limited-build";
+export { buildContextBytes, buildImageWithLimits } from "./limited-build";
 export type { ImageBuildLimits } from "./limited-build";
 export { dockerAvailable, dockerTestGate } from "./gate";
 export { EXEC_MARKER } from "./kill-tree";

@@ -1,12 +1,12 @@
 import { randomBytes } from "node:crypto";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Dockerode from "dockerode";
 import { afterAll, describe, expect, it } from "vitest";
 import { dockerTestGate } from "./gate";
 import { ImageBuildLimitError } from "./image";
-import { buildImageWithLimits } from "./limited-build";
+import { buildContextBytes, buildImageWithLimits } from "./limited-build";
 import { DockerRuntime } from "./runtime";
 import { BUSYBOX, until } from "./test-helpers";
 
@@ -21,6 +21,23 @@ async function imagesFromNonce(nonce: string): Promise<string[]> {
   const infos = await Promise.all(ids.map((id) => docker.getImage(id).inspect().catch(() => null)));
   return infos.flatMap((info) => (info !== null && JSON.stringify(info.ContainerConfig?.Cmd ?? []).includes(nonce) ? [info.Id] : []));
 }
+
+describe("buildContextBytes", () => {
+  it("sums the files under the context, nested ones too, and counts a symlink as a link, never what it points to", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "proctor-context-bytes-"));
+    try {
+      await writeFile(join(dir, "Dockerfile"), "x".repeat(100));
+      await mkdir(join(dir, "sub", "deeper"), { recursive: true });
+      await writeFile(join(dir, "sub", "deeper", "data"), Buffer.alloc(5000));
+      const target = "/etc/hostname";
+      await symlink(target, join(dir, "link"));
+      await symlink("/", join(dir, "root"));
+      expect(await buildContextBytes(dir)).toBe(100 + 5000 + target.length + 1);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
 
 describe.skipIf(!run)("buildImageWithLimits", () => {
   const runtime = new DockerRuntime({ docker });

@@ -1,3 +1,5 @@
+import { lstat, readdir } from "node:fs/promises";
+import { join } from "node:path";
 import type { Logger } from "@proctor/schema";
 import { ImageBuildLimitError } from "./image";
 import type { DockerRuntime } from "./runtime";
@@ -10,6 +12,17 @@ export interface ImageBuildLimits {
   maxBytes: number;
   /** RUN steps reach the network only when true. */
   buildNetwork: boolean;
+}
+
+/** Bytes a build context sends: its files' sizes (symlinks counted as links, never followed), to check against maxBytes before building. */
+export async function buildContextBytes(dir: string): Promise<number> {
+  let total = 0;
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) total += await buildContextBytes(path);
+    else total += (await lstat(path)).size;
+  }
+  return total;
 }
 
 const MB = 1024 * 1024;

@@ -2,6 +2,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { isAbsolute, join, relative, resolve } from "node:path";
 import type { Logger, TaskSpec } from "@proctor/schema";
+import { textTable } from "@proctor/report";
 import { loadTasks } from "@proctor/tasks";
 import { UsageError } from "../errors";
 import { prepareSources } from "../sources";
@@ -32,13 +33,6 @@ function shown(path: string): string {
   return rel === "" ? "." : !rel.startsWith("..") && !isAbsolute(rel) ? rel : path;
 }
 
-/** A text table with every column left-aligned (ids and paths read better that way). */
-function leftTable(header: string[], rows: string[][]): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join("  ").trimEnd();
-  return [line(header), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n");
-}
-
 /**
  * `proctor tasks list <source...>`: what a source holds, loaded exactly as `proctor run` loads it
  * (archives are extracted to a temporary directory, removed after). A source that cannot be read
@@ -64,7 +58,7 @@ export async function tasksListCommand(options: TasksListOptions): Promise<numbe
       out.write(`${JSON.stringify({ tasks, errors }, null, 2)}\n`);
     } else if (tasks.length > 0) {
       const rows = tasks.map((t) => [t.id, t.category ?? "-", t.difficulty ?? "-", t.kind, t.path]);
-      out.write(`${leftTable(["task", "category", "difficulty", "kind", "path"], rows)}\n${tasks.length} task(s)\n`);
+      out.write(`${textTable(["task", "category", "difficulty", "kind", "path"], rows, "left")}\n${tasks.length} task(s)\n`);
     }
     if (errors.length > 0) {
       err.write(`proctor: ${errors.length} problem(s) loading ${options.sources.join(", ")}:\n${errors.map((m) => `  ${m}`).join("\n")}\n`);
