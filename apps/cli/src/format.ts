@@ -1,2 +1,2 @@
-// One formatting of durations, rates and tables for the CLI and the reports.
-export { formatDuration, percent, textTable as renderTable } from "@proctor/report";
+// One formatting of rates and tables for the CLI and the reports.
+export { percent, textTable as renderTable } from "@proctor/report";
