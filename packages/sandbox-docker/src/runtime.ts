@@ -203,7 +203,8 @@ export class DockerRuntime implements SandboxRuntime {
           removed++;
           this.logger.info("reaped a sandbox whose owner is gone", { id: info.Id, owner: info.Labels[LABELS.owner] });
         } catch (error) {
-          if (statusCode(error) === 404) continue;
+          // 404: gone; 409 "already in progress": another reaper (its watchdog) is removing it.
+          if (statusCode(error) === 404 || (statusCode(error) === 409 && /already in progress/.test(daemonMessage(error)))) continue;
           throw new SandboxError(`Reaping container ${info.Id} failed: ${daemonMessage(error)}`, { cause: error });
         }
       }
