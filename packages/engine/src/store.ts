@@ -1,22 +1,10 @@
-import { randomBytes } from "node:crypto";
-import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
 import { RunConfig } from "@proctor/schema";
 import type { StoredRunConfig } from "./config";
 import { RunDirectoryError } from "./errors";
 
-/** Write JSON so a reader sees the old file or the new one, never half of one. */
-export async function writeJsonAtomic(path: string, value: unknown): Promise<void> {
-  await mkdir(dirname(path), { recursive: true });
-  const temp = `${path}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`;
-  try {
-    await writeFile(temp, `${JSON.stringify(value, null, 2)}\n`);
-    await rename(temp, path);
-  } catch (error) {
-    await rm(temp, { force: true });
-    throw error;
-  }
-}
+export { writeJsonAtomic } from "@proctor/events";
 
 /** Runs async jobs one after another (file writes from trials finishing at once). */
 export class SerialQueue {

@@ -3,6 +3,7 @@ export type { EventBusOptions, EventListener, GapNotice, SubscribeOptions } from
 export { JsonlSink } from "./sink";
 export type { JsonlSinkOptions } from "./sink";
 export { readJsonl } from "./read";
+export { writeJsonAtomic } from "./write";
 export type { ReadJsonlOptions, JsonlContents } from "./read";
 export { RingBuffer } from "./ring";
 export {

@@ -1,8 +1,9 @@
-import { createHash, randomBytes } from "node:crypto";
+import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { lstat, readFile, readdir, readlink, rename, rm, writeFile } from "node:fs/promises";
+import { lstat, readFile, readdir, readlink } from "node:fs/promises";
 import { isAbsolute, join, relative, resolve, sep } from "node:path";
 import { decodeAddress, verifyMessage } from "@proctor/auth";
+import { writeJsonAtomic } from "@proctor/events";
 import { z } from "zod";
 import { ReceiptError, ReceiptFormatError } from "./errors";
 
@@ -214,15 +215,7 @@ export async function writeBatchReceipt(options: Omit<BuildReceiptOptions, "task
     return { id, dir };
   });
   const receipt = await buildReceipt({ ...rest, tasks });
-  const path = join(options.runDir, RECEIPT_FILE);
-  const temp = `${path}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`;
-  try {
-    await writeFile(temp, `${JSON.stringify(receipt, null, 2)}\n`);
-    await rename(temp, path);
-  } catch (error) {
-    await rm(temp, { force: true });
-    throw error;
-  }
+  await writeJsonAtomic(join(options.runDir, RECEIPT_FILE), receipt);
   return receipt;
 }
 
