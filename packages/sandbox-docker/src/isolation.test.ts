@@ -94,6 +94,22 @@ describe.skipIf(!run)("Docker sandbox isolation primitives", () => {
     await sandbox.killAll!();
   });
 
+  it("every host listing sees chains of processes that re-fork to a new pid every 5 ms", async () => {
+    const hop = "sleep 0.005; exec /bin/sh -c '(/bin/sh /tmp/hop.sh &)'";
+    await sandbox.exec({ shell: `printf '%s\\n' "${hop}" > /tmp/hop.sh && for i in 1 2 3 4 5 6; do setsid env -i /bin/sh -c '(/bin/sh /tmp/hop.sh &)' >/dev/null 2>&1; done` }, { user: "0" });
+    const info = await docker.getContainer((sandbox as DockerSandbox).id).inspect();
+    const keepAlive = (sandbox as DockerSandbox).keepAlivePid;
+    const counts: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      const listing = await listProcessesOnHost(info.State.Pid, info.Id);
+      if (listing === null) throw new Error("this host could not read the container's cgroup");
+      counts.push(parseProcessListing(listing, keepAlive).length);
+    }
+    expect(counts.filter((n) => n === 0)).toEqual([]);
+    await sandbox.killAll!();
+    expect(await sandbox.processes!()).toEqual([]);
+  });
+
   it("reports files changed against the image, as the daemon sees them", async () => {
     await sandbox.exec({ shell: "echo 'exit 0' > /etc/profile.d/zz.sh && rm /usr/bin/tac" }, { user: "0" });
     const changes = await sandbox.changes!();

@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { readdir, readFile, readlink } from "node:fs/promises";
 import type { SandboxProcess } from "@proctor/sandbox";
 
@@ -89,8 +90,8 @@ export function parseProcessListing(output: string, keepAlivePid: number): Sandb
  * them) read from this host: the container's cgroup (found through its init's /proc/<pid>/cgroup,
  * which must name the container) lists every process in it, which the agent cannot leave (its
  * cgroup filesystem is read-only); pids and ppids are translated into the container's pid
- * namespace (NSpid), so the parse and its exclusions are the same. Three passes, like the script's,
- * so a process re-forking to a new pid every few ms is still seen. Null when this host cannot see
+ * namespace (NSpid), so the parse and its exclusions are the same. Several passes, like the
+ * script's, so a process re-forking to a new pid every few ms is still seen. Null when this host cannot see
  * the container (a daemon elsewhere): the caller runs the script inside.
  */
 export async function listProcessesOnHost(initPid: number, containerId: string): Promise<string | null> {
@@ -112,21 +113,28 @@ export async function listProcessesOnHost(initPid: number, containerId: string):
     return null; // not visible from here
   }
 
+  // Synchronous reads right after each cgroup.procs snapshot: a process re-forking to a new pid
+  // every few ms is gone before a read through the thread pool gets to it. A pass in which a
+  // listed pid vanished is followed by another (at least 3, at most 20).
   const seen = new Map<number, { pid: number; ppid: number; comm: string; state: string }>();
-  for (let pass = 0; pass < 3; pass++) {
-    const pids = (await readFile(procsFile, "utf8")).split("\n").filter(Boolean).map(Number);
-    await Promise.all(
-      pids.map(async (hostPid) => {
-        const read = await Promise.all([readFile(`/proc/${hostPid}/stat`, "utf8"), readFile(`/proc/${hostPid}/status`, "utf8")]).catch(() => null);
-        if (!read) return; // gone since the cgroup listed it
-        const [stat, status] = read;
-        const open = stat.indexOf("(");
-        const close = stat.lastIndexOf(")");
-        const [state = "?", ppid = "0"] = stat.slice(close + 2).split(" ");
-        const pid = nsPids(status)[level];
-        if (pid !== undefined) seen.set(hostPid, { pid, ppid: Number(ppid), comm: stat.slice(open + 1, close), state });
-      }),
-    );
+  for (let pass = 0, vanished = true; pass < 20 && (pass < 3 || vanished); pass++) {
+    vanished = false;
+    for (const hostPid of readFileSync(procsFile, "utf8").split("\n").filter(Boolean).map(Number)) {
+      let stat: string;
+      let status: string;
+      try {
+        stat = readFileSync(`/proc/${hostPid}/stat`, "utf8");
+        status = readFileSync(`/proc/${hostPid}/status`, "utf8");
+      } catch {
+        vanished = true; // gone since the cgroup listed it
+        continue;
+      }
+      const open = stat.indexOf("(");
+      const close = stat.lastIndexOf(")");
+      const [state = "?", ppid = "0"] = stat.slice(close + 2).split(" ");
+      const pid = nsPids(status)[level];
+      if (pid !== undefined) seen.set(hostPid, { pid, ppid: Number(ppid), comm: stat.slice(open + 1, close), state });
+    }
   }
   const inContainer = new Map([...seen].map(([hostPid, p]) => [hostPid, p.pid]));
   const out: string[] = [];
