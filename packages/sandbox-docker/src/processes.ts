@@ -99,12 +99,9 @@ export async function listProcessesOnHost(initPid: number, containerId: string):
   let procsFile: string;
   let level: number;
   try {
-    const lines = (await readFile(`/proc/${initPid}/cgroup`, "utf8")).split("\n");
-    const v1 = lines.map((line) => /^\d+:(?:[^:]*,)?pids(?:,[^:]*)?:(.*)$/.exec(line)?.[1]).find((path) => path !== undefined);
-    const v2 = lines.map((line) => /^0::(.*)$/.exec(line)?.[1]).find((path) => path !== undefined);
-    const dir = v1 !== undefined ? `/sys/fs/cgroup/pids${v1}` : v2 !== undefined ? `/sys/fs/cgroup${v2}` : null;
-    if (!dir?.includes(containerId)) return null;
-    procsFile = `${dir}/cgroup.procs`;
+    const cgroup = await containerCgroupDir(initPid, containerId, "pids");
+    if (cgroup === null) return null;
+    procsFile = `${cgroup.dir}/cgroup.procs`;
     // The container's level in the NSpid lists: its init is pid 1 there.
     const nspid = nsPids(await readFile(`/proc/${initPid}/status`, "utf8"));
     level = nspid.lastIndexOf(1);
@@ -162,6 +159,20 @@ export async function listProcessesOnHost(initPid: number, containerId: string):
     }
   }
   return out.join("\n");
+}
+
+/**
+ * The host directory of the container's cgroup for `controller` (cgroup v1's hierarchy of that
+ * controller, else the v2 unified one), read from its init's /proc/<pid>/cgroup; null when that
+ * path does not name the container (a pid reused by another process).
+ */
+export async function containerCgroupDir(initPid: number, containerId: string, controller: "pids" | "memory"): Promise<{ dir: string; v1: boolean } | null> {
+  const lines = (await readFile(`/proc/${initPid}/cgroup`, "utf8")).split("\n");
+  const v1 = new RegExp(`^\\d+:(?:[^:]*,)?${controller}(?:,[^:]*)?:(.*)$`);
+  const v1Path = lines.map((line) => v1.exec(line)?.[1]).find((path) => path !== undefined);
+  const v2Path = lines.map((line) => /^0::(.*)$/.exec(line)?.[1]).find((path) => path !== undefined);
+  const dir = v1Path !== undefined ? `/sys/fs/cgroup/${controller}${v1Path}` : v2Path !== undefined ? `/sys/fs/cgroup${v2Path}` : null;
+  return dir?.includes(containerId) ? { dir, v1: v1Path !== undefined } : null;
 }
 
 /** The NSpid line of /proc/<pid>/status: the pid in each pid namespace, outermost first. */

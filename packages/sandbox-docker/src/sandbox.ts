@@ -30,7 +30,7 @@ import { daemonMessage, isConnectionError, statusCode } from "./docker-errors";
 import { FrameDemuxer } from "./frames";
 import { EXEC_MARKER, KILL_TREE_SCRIPT } from "./kill-tree";
 import { extractBounded } from "./extract-bounded";
-import { LIST_PROCESSES_SCRIPT, listProcessesOnHost, parseProcessListing } from "./processes";
+import { containerCgroupDir, LIST_PROCESSES_SCRIPT, listProcessesOnHost, parseProcessListing } from "./processes";
 import { overlayLayersOf, readOverlayChanges, type OverlayLayers } from "./overlay-changes";
 import { startAndWaitReady } from "./ready";
 import { DOCKER_CAPABILITIES } from "./capabilities";
@@ -48,11 +48,10 @@ const ROOT_USER = /^(|0|root)(:(0|root))?$/;
 export async function oomKillsOnHost(pid: number, id: string): Promise<number | null> {
   if (!(pid > 0)) return null;
   try {
-    const lines = (await readFile(`/proc/${pid}/cgroup`, "utf8")).split("\n");
-    const v1 = lines.map((line) => /^\d+:(?:[^:]*,)?memory(?:,[^:]*)?:(.*)$/.exec(line)?.[1]).find((path) => path !== undefined);
-    const v2 = lines.map((line) => /^0::(.*)$/.exec(line)?.[1]).find((path) => path !== undefined);
-    const file = v1 !== undefined ? `/sys/fs/cgroup/memory${v1}/memory.oom_control` : v2 !== undefined ? `/sys/fs/cgroup${v2}/memory.events` : null;
-    if (!file || !file.includes(id)) return null;
+    const cgroup = await containerCgroupDir(pid, id, "memory");
+    if (cgroup === null) return null;
+    // cgroup v1 counts kills in memory.oom_control, v2 in memory.events.
+    const file = `${cgroup.dir}/${cgroup.v1 ? "memory.oom_control" : "memory.events"}`;
     const match = /^oom_kill (\d+)$/m.exec(await readFile(file, "utf8"));
     return match ? Number(match[1]) : null;
   } catch {
