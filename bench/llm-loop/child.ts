@@ -9,6 +9,7 @@ import { startScriptedModelServer } from "../../packages/llm/src/index";
 const { values } = parseArgs({ options: { turns: { type: "string", default: "20" } } });
 const turns = Number(values.turns);
 const server = await startScriptedModelServer({
+  keepRequests: false,
   handler: (r) => (r.turn < turns ? { toolCalls: [{ name: "bash", arguments: { command: "true" } }] } : { content: "done" }),
 });
 process.stdout.write(`${server.baseUrl}\n`);

@@ -45,6 +45,19 @@ describe("OpenAIChatModel", () => {
     expect(sent?.body).toMatchObject({ model: "m", tool_choice: "auto", temperature: 0.2, max_tokens: 100, tools });
   });
 
+  test("durationMs is the call's real round trip (performance.now, not the retry clock); a server told keepRequests: false keeps none but still counts and numbers them", async () => {
+    const model = await setup({ keepRequests: false, handler: (r) => ({ toolCalls: [{ name: "bash", arguments: { command: `echo ${r.index}` } }] }) });
+    const started = performance.now();
+    const first = await model.complete(hello);
+    const elapsed = performance.now() - started;
+    const second = await model.complete(hello);
+    expect(first.durationMs).toBeGreaterThan(0);
+    expect(first.durationMs).toBeLessThanOrEqual(elapsed + 0.001);
+    expect(JSON.parse(second.message.tool_calls?.[0]?.function.arguments ?? "{}")).toEqual({ command: "echo 1" });
+    expect(server?.requests).toEqual([]);
+    expect(server?.totals().requests).toBe(2);
+  });
+
   test("429 with Retry-After in seconds, then success: waits what the server asked (real time)", async () => {
     const model = await setup({ faults: [{ status: 429, headers: { "retry-after": "1" } }], handler: () => ({ content: "ok" }) });
     const started = Date.now();

@@ -39,6 +39,8 @@ export interface ScriptedServerOptions {
   apiKey?: string;
   /** When set, requests naming another model get 404 model_not_found (as vLLM does). */
   models?: string[];
+  /** false: keep no request in `requests` (a long benchmark would otherwise hold every conversation). Default true. */
+  keepRequests?: boolean;
   /** Address to listen on. Default 127.0.0.1 (`baseUrl` always names 127.0.0.1). */
   host?: string;
 }
@@ -67,6 +69,7 @@ export async function startScriptedModelServer(options: ScriptedServerOptions): 
   const faults = [...(options.faults ?? [])];
   const totals = { requests: 0, inputTokens: 0, outputTokens: 0, errors: 0 };
   let id = 0;
+  let received = 0;
 
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -91,7 +94,7 @@ export async function startScriptedModelServer(options: ScriptedServerOptions): 
         const messages = (Array.isArray(body.messages) ? body.messages : []) as ScriptedRequest["messages"];
         const firstUser = messages.find((m) => m.role === "user");
         const request: ScriptedRequest = {
-          index: requests.length,
+          index: received++,
           headers: req.headers,
           body,
           model: String(body.model ?? ""),
@@ -99,7 +102,7 @@ export async function startScriptedModelServer(options: ScriptedServerOptions): 
           turn: messages.filter((m) => m.role === "assistant").length,
           conversation: typeof firstUser?.content === "string" ? firstUser.content : "",
         };
-        requests.push(request);
+        if (options.keepRequests !== false) requests.push(request);
         if (options.apiKey !== undefined && req.headers.authorization !== `Bearer ${options.apiKey}`) {
           totals.errors++;
           return send(401, { error: { message: "Incorrect API key provided.", type: "invalid_request_error", code: "invalid_api_key" } });
