@@ -52,6 +52,30 @@ describe("engine on the local runtime", () => {
     expect(nop.byCategory["git"]).toMatchObject({ total: 1, passed: 0 });
   });
 
+  test("summary.json follows a run (at most a second behind a finished trial) and ends as the run's summary, not overwritten by a late rewrite", async () => {
+    const handle = run({ runId: "summary-follows", tasks: examples, agent: { kind: "nop" }, attempts: 3, concurrency: 2 });
+    const file = join(handle.runDir, "summary.json");
+    const totals: Promise<number>[] = [];
+    handle.bus.subscribe((e) => {
+      if (e.type !== "trial_finished" || totals.length > 0) return;
+      // The first finished trial shows in summary.json while the run goes on.
+      totals.push((async () => {
+        const deadline = Date.now() + 30_000;
+        for (;;) {
+          const total = (JSON.parse(await readFile(file, "utf8")) as { trials: { total: number } }).trials.total;
+          if (total >= 1 || Date.now() > deadline) return total;
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      })());
+    });
+    const summary = await handle.done;
+    expect(summary).toMatchObject({ status: "completed", trials: { total: 12 } });
+    expect(await totals[0]).toBeGreaterThanOrEqual(1);
+    // Longer than the rewrite interval: a rewrite still due at the end must not replace the final summary.
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(JSON.parse(await readFile(file, "utf8"))).toEqual(summary);
+  });
+
   test("the run directory holds run.json, events, results, summary and per-trial logs", async () => {
     const handle = run({ runId: "layout", tasks: examples.slice(0, 2), agent: { kind: "oracle" }, attempts: 2, sources: [EXAMPLES_DIR] });
     const seen: ProctorEvent[] = [];

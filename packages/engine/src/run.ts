@@ -17,6 +17,9 @@ import { runTrial } from "./trial/trial";
 import { startRunModelProxy } from "./trial/model-proxy";
 import { RepoCache } from "./workspace";
 
+/** Least time between two rewrites of summary.json while a run goes on. */
+const SUMMARY_EVERY_MS = 1000;
+
 export interface RunOptions {
   runId: string;
   /** The run directory (`<runs-root>/<run-id>`); created if absent. */
@@ -239,14 +242,42 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     ...(options.container ? { container: options.container } : {}),
   };
 
+  // summary.json is rewritten as trials finish, at most once per SUMMARY_EVERY_MS: summarizing reads
+  // every result, so a rewrite per trial made a 10,000-trial run quadratic (~18 ms per trial at the
+  // end). The final one is written when the run ends; a rewrite still due then is dropped.
+  let summaryWrittenAt = 0;
+  let summaryTimer: NodeJS.Timeout | null = null;
+  let summaryFinal = false;
+  let summaryError: unknown = null;
+  const writeRunningSummary = async () => {
+    if (summaryFinal) return;
+    summaryWrittenAt = Date.now();
+    await writeJsonAtomic(summaryPath, summaryNow("running"));
+  };
+  const finalizeSummary = () => {
+    summaryFinal = true;
+    if (summaryTimer) clearTimeout(summaryTimer);
+    summaryTimer = null;
+  };
+  const rewriteSummary = async () => {
+    const wait = SUMMARY_EVERY_MS - (Date.now() - summaryWrittenAt);
+    if (wait <= 0) return writeRunningSummary();
+    summaryTimer ??= setTimeout(() => {
+      summaryTimer = null;
+      // A failed write fails the next trial's record (a RunStorageError), as a direct one would.
+      writes.run(writeRunningSummary).catch((error: unknown) => (summaryError ??= error));
+    }, wait);
+  };
+
   const record = (result: TrialResult) =>
     writes.run(async () => {
+      if (summaryError) throw summaryError;
       await writeFile(join(runDir, "trials", result.trialId, "result.json"), `${JSON.stringify(result, null, 2)}\n`);
       resultsSink.write(result);
       await resultsSink.flush({ fsync: true });
       results.push(result);
       await writeCompetitionOutputs(runDir, { runId, agent: agent.name, createdAt: startedAt }, results);
-      await writeJsonAtomic(summaryPath, summaryNow("running"));
+      await rewriteSummary();
       bus.emit({ type: "trial_finished", trialId: result.trialId, taskId: result.taskId, data: result });
     });
 
@@ -309,12 +340,15 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     if (fatal) throw fatal;
 
     const interrupted = options.signal?.aborted === true && results.length < plannedTrials;
+    finalizeSummary();
+    if (summaryError) throw new RunStorageError(runDir, summaryError);
     const summary = summaryNow(interrupted ? "interrupted" : "completed");
     await writes.run(() => writeJsonAtomic(summaryPath, summary));
     bus.emit({ type: "run_finished", data: summary });
     logger.info("run finished", { runId, status: summary.status, passed: summary.trials.passed, total: summary.trials.total });
     return summary;
   } catch (error) {
+    finalizeSummary();
     const summary: RunSummary = { ...summaryNow("failed"), ...(error instanceof RunFatalAgentError ? { error: error.message } : {}) };
     await writes.run(() => writeJsonAtomic(summaryPath, summary)).catch((writeError: unknown) =>
       logger.error("writing summary.json failed", { runId, error: writeError instanceof Error ? writeError.message : String(writeError) }),
@@ -323,6 +357,7 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     logger.error("run failed", { runId, error: error instanceof Error ? error.message : String(error) });
     throw error;
   } finally {
+    finalizeSummary();
     options.signal?.removeEventListener("abort", onAbort);
     await modelProxy?.close();
     // Removals the runtime finishes in the background (and its warm sandboxes): none may outlive the run.
