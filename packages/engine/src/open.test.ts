@@ -1,4 +1,4 @@
-import { readFile } from "node:fs/promises";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Agent, AgentContext, AgentRunResult } from "@proctor/agents";
 import { LocalRuntime, type ImageRequest, type Sandbox, type SandboxCreateOptions, type SandboxRuntime } from "@proctor/sandbox";
@@ -102,4 +102,70 @@ test("the runtime's own OOM check is over before the agent's leftover processes 
   expect(summary.trials).toMatchObject({ total: 1, passed: 1 });
   const [result] = await readResultsFile(handle.runDir);
   expect(result?.integrity).toMatchObject({ isolation: "shared", survivors: [], flagged: false });
+});
+
+/**
+ * A runtime whose sandboxes vouch for their tools (as Docker's read-only busybox does): the
+ * verifier's launcher then empties the verifier's directories and unpacks the tests itself, from
+ * a tar on its stdin. `failing` names host tools that fail in every exec (a broken toolchain).
+ */
+class TrustingRuntime extends CountingRuntime {
+  constructor(inner: SandboxRuntime, private readonly stubs: string | null) {
+    super(inner);
+  }
+  override async create(options: SandboxCreateOptions): Promise<Sandbox> {
+    const inner = await super.create(options);
+    const stubs = this.stubs;
+    const extra: Partial<Sandbox> = {
+      capabilities: { ...inner.capabilities, trustedTools: true },
+      exec: (command, execOptions = {}) =>
+        inner.exec(command, stubs === null ? execOptions : { ...execOptions, env: { ...execOptions.env, PATH: `${stubs}:${process.env.PATH ?? "/usr/bin:/bin"}` } }),
+    };
+    return new Proxy(inner, {
+      get(target, key) {
+        if (key in extra) return extra[key as keyof Sandbox];
+        const value = Reflect.get(target, key, target) as unknown;
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+  }
+}
+
+/** Plants a passing reward and a test script that always passes, without doing the work. */
+class PlantingAgent implements Agent {
+  readonly name = "planting-agent";
+  async run(ctx: AgentContext): Promise<AgentRunResult> {
+    const result = await ctx.sandbox.exec(
+      { shell: 'mkdir -p "$PROCTOR_TESTS_DIR" "$PROCTOR_VERIFIER_LOGS_DIR" && echo 1 > "$PROCTOR_VERIFIER_LOGS_DIR/reward.txt" && printf "#!/bin/sh\\necho 1 > $PROCTOR_VERIFIER_LOGS_DIR/reward.txt\\n" > "$PROCTOR_TESTS_DIR/test.sh"' },
+      { signal: ctx.signal },
+    );
+    return { exitCode: result.exitCode, timedOut: false, aborted: false, durationMs: result.durationMs, outputTruncated: false };
+  }
+}
+
+test("with trusted tools the launcher empties /logs/verifier and /tests and unpacks the tests itself: planting gains nothing, honest work passes", async () => {
+  const loaded = await loadTasks([await writeTasks(join(root.path, "tasks-trusting"), { "needs-work": ADVERSARIAL_TASKS["needs-work"]! })]);
+  const runtime = new TrustingRuntime(new LocalRuntime({ rootDir: join(root.path, "sandboxes-trusting") }), null);
+  const planted = startRun({ runId: "trusting-planted", runDir: join(root.path, "runs", "trusting-planted"), tasks: loaded.tasks, agent: new PlantingAgent(), runtime, concurrency: 1, attempts: 1 });
+  expect((await planted.done).trials).toMatchObject({ total: 1, passed: 0, failed: 1 });
+  const [cheated] = await readResultsFile(planted.runDir);
+  expect(cheated).toMatchObject({ status: "failed", reward: 0, error: null });
+  const honest = startRun({ runId: "trusting-honest", runDir: join(root.path, "runs", "trusting-honest"), tasks: loaded.tasks, agent: new TouchAgent(), runtime, concurrency: 1, attempts: 1 });
+  expect((await honest.done).trials).toMatchObject({ total: 1, passed: 1 });
+});
+
+test.each([
+  ["rm", /could not empty \/logs\/verifier and \/tests before verifying \(exit 97\): broken\nproctor: could not empty /],
+  ["tar", /could not unpack \S+ into \/tests before verifying \(exit 98\): broken\nproctor: unpacking the tests into /],
+])("a launcher whose %s fails ends the trial as a verifier error that says so, with no reward", async (tool, expected) => {
+  const stubs = join(root.path, `stubs-${tool}`);
+  await mkdir(stubs, { recursive: true });
+  await writeFile(join(stubs, tool), "#!/bin/sh\necho broken >&2\nexit 1\n", { mode: 0o755 });
+  const loaded = await loadTasks([await writeTasks(join(root.path, `tasks-broken-${tool}`), { "needs-work": ADVERSARIAL_TASKS["needs-work"]! })]);
+  const runtime = new TrustingRuntime(new LocalRuntime({ rootDir: join(root.path, `sandboxes-broken-${tool}`) }), stubs);
+  const handle = startRun({ runId: `broken-${tool}`, runDir: join(root.path, "runs", `broken-${tool}`), tasks: loaded.tasks, agent: new TouchAgent(), runtime, concurrency: 1, attempts: 1 });
+  expect((await handle.done).trials).toMatchObject({ total: 1, passed: 0, errored: 1 });
+  const [result] = await readResultsFile(handle.runDir);
+  expect(result).toMatchObject({ status: "error", reward: null, error: { kind: "verifier" } });
+  expect(result?.error?.message).toMatch(expected);
 });

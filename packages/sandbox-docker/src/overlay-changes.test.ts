@@ -108,6 +108,28 @@ describe.skipIf(!run)("a container's changes read from its overlay layers", () =
     await sandbox.kill();
   });
 
+  it("equals the daemon's diff when the paths take several getfattr runs, capabilities included", async () => {
+    // 12,000 paths of ~90 bytes: over 1 MB of arguments, so at least two getfattr runs.
+    const container = await containerAfter(
+      BASE,
+      `python3 -c '
+import os
+for d in range(40):
+    p = "/opt/many/" + "d" * 60 + str(d)
+    os.makedirs(p)
+    for f in range(300):
+        open(p + "/file-" + str(f), "w").close()
+os.setxattr("/usr/bin/dash", "security.capability", bytes.fromhex("0100000200200000000000000000000000000000"))
+'`,
+    );
+    const read = await readOverlayChanges(await layersOf(container));
+    if (!("changes" in read)) throw new Error(`the overlay reader did not answer: ${read.unavailable}`);
+    const reference = await daemonChanges(container);
+    expect(reference.length).toBeGreaterThan(12_000);
+    expect(reference).toContain("modified /usr/bin/dash");
+    expect(sorted(read.changes)).toEqual(reference);
+  });
+
   it("leaves a directory deleted and made again to the daemon, which lists the files it hid", async () => {
     const sandbox = await sandboxAfter(BASE, "rm -rf /usr/share/doc/apt && mkdir /usr/share/doc/apt && echo x > /usr/share/doc/apt/changelog.gz");
     const read = await readOverlayChanges(await layersOf(sandbox));

@@ -36,8 +36,8 @@ const CAPABILITY = "security.capability";
 const S_IFMT = 0o170000;
 const S_IFDIR = 0o040000;
 const S_IFCHR = 0o020000;
-/** Explicit paths per getfattr call, well under ARG_MAX. */
-const ARGS_BYTES = 96 * 1024;
+/** Bytes of paths (with their argv pointers) per getfattr call, well under Linux's 2 MiB ARG_MAX. */
+const ARGS_BYTES = 512 * 1024;
 
 /** The overlay2 layer dirs in a container's inspect data, or why there are none. */
 export function overlayLayersOf(graphDriver: { Name?: string; Data?: Record<string, string> | null } | undefined): OverlayLayers | string {
@@ -60,16 +60,8 @@ class Unavailable extends Error {}
 
 async function read({ upper, lowers }: OverlayLayers): Promise<OverlayChanges> {
   const entries = await walk(upper);
-  const upperXattrs = await getXattrs([upper], true);
-  for (const [path, attrs] of upperXattrs) {
-    for (const name of attrs.keys()) {
-      if (name === CAPABILITY || NEUTRAL_XATTRS.has(name)) continue;
-      const rel = path.slice(upper.length) || "/";
-      return { unavailable: name === OPAQUE ? `${rel} is an opaque directory (deleted and made again)` : `${rel} carries ${name}` };
-    }
-  }
 
-  // Every entry's counterpart in every image layer, with the xattrs the lookup needs.
+  // Every entry's counterpart in every image layer.
   const lowerStats = new Map<string, BigIntStats | null>();
   const key = (layer: number, rel: string) => `${layer}\0${rel}`;
   const present: string[] = [];
@@ -83,8 +75,17 @@ async function read({ upper, lowers }: OverlayLayers): Promise<OverlayChanges> {
       if (stats) present.push(`${lowers[layer]}${rel}`);
     }
   }
-  const lowerXattrs = await getXattrs(present, false);
-  const xattr = (layer: number, rel: string, name: string) => lowerXattrs.get(`${lowers[layer]}${rel}`)?.get(name);
+  // The xattrs of the upper dir, its entries and their image counterparts, in one getfattr run
+  // (a process start costs this process more than the lookups).
+  const xattrs = await getXattrs([upper, ...entries.map(({ rel }) => `${upper}${rel}`), ...present]);
+  for (const path of [upper, ...entries.map(({ rel }) => `${upper}${rel}`)]) {
+    for (const name of xattrs.get(path)?.keys() ?? []) {
+      if (name === CAPABILITY || NEUTRAL_XATTRS.has(name)) continue;
+      const rel = path.slice(upper.length) || "/";
+      return { unavailable: name === OPAQUE ? `${rel} is an opaque directory (deleted and made again)` : `${rel} carries ${name}` };
+    }
+  }
+  const xattr = (layer: number, rel: string, name: string) => xattrs.get(`${lowers[layer]}${rel}`)?.get(name);
 
   /** The entry the image shows at `rel` (layer and stats), or null when the image has none. */
   const image = (rel: string): { layer: number; stats: BigIntStats } | null => {
@@ -113,7 +114,7 @@ async function read({ upper, lowers }: OverlayLayers): Promise<OverlayChanges> {
       continue;
     }
     if (!old) kinds.set(rel, "added");
-    else if (statDifferent(old.stats, stats) || xattr(old.layer, rel, CAPABILITY) !== upperXattrs.get(`${upper}${rel}`)?.get(CAPABILITY)) kinds.set(rel, "modified");
+    else if (statDifferent(old.stats, stats) || xattr(old.layer, rel, CAPABILITY) !== xattrs.get(`${upper}${rel}`)?.get(CAPABILITY)) kinds.set(rel, "modified");
   }
   // Docker lists every directory above a change as modified (its own change or not).
   for (const rel of [...kinds.keys()]) {
@@ -171,26 +172,27 @@ function sameTime(a: bigint, b: bigint): boolean {
 }
 
 /**
- * The overlay and capability xattrs of `paths` (recursively when `recursive`), as hex strings by
- * xattr name by absolute path, read by getfattr (Debian package attr) without following links (-P -h).
+ * The overlay and capability xattrs of `paths`, as hex strings by xattr name by absolute path,
+ * read by getfattr (Debian package attr) without following links (-h).
  */
-async function getXattrs(paths: string[], recursive: boolean): Promise<Map<string, Map<string, string>>> {
+async function getXattrs(paths: string[]): Promise<Map<string, Map<string, string>>> {
   const found = new Map<string, Map<string, string>>();
   const chunks: string[][] = [];
   let chunk: string[] = [];
   let size = 0;
   for (const path of paths) {
-    if (size + path.length + 1 > ARGS_BYTES && chunk.length > 0) {
+    const cost = Buffer.byteLength(path) + 1 + 8;
+    if (size + cost > ARGS_BYTES && chunk.length > 0) {
       chunks.push(chunk);
       chunk = [];
       size = 0;
     }
     chunk.push(path);
-    size += path.length + 1;
+    size += cost;
   }
   if (chunk.length > 0) chunks.push(chunk);
   for (const chunk of chunks) {
-    const args = [...(recursive ? ["-R"] : []), "-P", "-h", "--absolute-names", "-d", "-e", "hex", "-m", "^(trusted\\.overlay\\..*|security\\.capability)$", "--", ...chunk];
+    const args = ["-h", "--absolute-names", "-d", "-e", "hex", "-m", "^(trusted\\.overlay\\..*|security\\.capability)$", "--", ...chunk];
     const output = await new Promise<Buffer>((resolve, reject) => {
       execFile("getfattr", args, { encoding: "buffer", maxBuffer: 256 * 1024 * 1024, env: { LC_ALL: "C", PATH: process.env.PATH ?? "/usr/bin:/bin" } }, (error, stdout, stderr) => {
         if ((error as NodeJS.ErrnoException | null)?.code === "ENOENT") reject(new Unavailable("getfattr is not installed (Debian package attr)"));

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { packDirectory } from "@proctor/archive";
 import { parseReward } from "@proctor/reward";
 import { CappedFile, RuntimeUnavailableError, SANDBOX_PATHS, SandboxLostError, SandboxStoppedError, type SandboxProcess, type ExecOptions, type ExecResult, type Sandbox } from "@proctor/sandbox";
 import type { Integrity } from "@proctor/schema";
@@ -227,15 +228,23 @@ async function prepareDirs(attempt: SandboxAttempt, testsDir: boolean): Promise<
 }
 
 /**
- * The verifier's launcher, run by the trusted shell: the task's command under the image's own
- * /bin/sh (no login shell, no rc files), then, in the same exec, the reward files as they are the
- * moment the tests exit, after a marker line only Proctor knows.
+ * The verifier's launcher, run by the trusted shell with ($1 marker, $2 command, $3 "tests" when
+ * the tests come as a tar on stdin): in a sandbox with trusted tools it first empties
+ * /logs/verifier and /tests and unpacks the tests (one exec instead of three: each exec costs the
+ * runtime a process start). Then the task's command under the image's own /bin/sh (no login
+ * shell, no rc files, no stdin), then, in the same exec, the reward files as they are the moment
+ * the tests exit, after a marker line only Proctor knows. Exit 97/98 without the marker: the
+ * directories could not be emptied / the tests not unpacked (the reason is on stderr).
  */
 const REWARD_WRAPPER = `
 marker="$1"; cmd="$2"
-/bin/sh -c "$cmd"
+v="${VERIFIER_DIR}"; t="${TESTS_DIR}"
+if [ "$3" = tests ]; then
+  rm -rf "$v" "$t" && mkdir -p "$v" "$t" && chmod 777 "$v" && [ -d "$v" ] && [ ! -L "$v" ] && [ -z "$(ls -A "$v")" ] || { echo "proctor: could not empty $v and $t" >&2; exit 97; }
+  tar -x -f - -C "$t" || { echo "proctor: unpacking the tests into $t failed" >&2; exit 98; }
+fi
+/bin/sh -c "$cmd" </dev/null
 status=$?
-v="${VERIFIER_DIR}"
 printf '\\n%s\\n' "$marker"
 for n in reward.json reward.txt; do
   f="$v/$n"
@@ -320,15 +329,16 @@ export async function runVerifier(attempt: SandboxAttempt): Promise<RewardRead |
     state.errors.push({ kind: "verifier", message: `task ${task.id} has no checks: nothing would be verified, so it cannot pass` });
     return null;
   }
-  if (!(await prepareDirs(attempt, verifier.mode !== "checks"))) return null;
-  const admin = adminOptions(sandbox);
-
   if (verifier.mode === "checks") {
-    await runChecks(attempt, verifier);
+    if (await prepareDirs(attempt, false)) await runChecks(attempt, verifier);
     return null;
   }
-
-  if (verifier.testsDir) await sandbox.upload(verifier.testsDir, SANDBOX_PATHS.tests);
+  // With trusted tools the launcher empties the directories and unpacks the tests itself.
+  const tests = sandbox.capabilities.trustedTools && verifier.testsDir ? await packTests(verifier.testsDir) : null;
+  if (tests === null) {
+    if (!(await prepareDirs(attempt, true))) return null;
+    if (verifier.testsDir) await sandbox.upload(verifier.testsDir, SANDBOX_PATHS.tests);
+  }
   const out = await CappedFile.open(join(trialDir, "verifier", "test-stdout.txt"), VERIFIER_LOG_BYTES);
   const err = await CappedFile.open(join(trialDir, "verifier", "test-stderr.txt"), VERIFIER_LOG_BYTES);
   const marker = `@@proctor-reward-${randomUUID()}@@`;
@@ -336,8 +346,9 @@ export async function runVerifier(attempt: SandboxAttempt): Promise<RewardRead |
   let result: ExecResult;
   let trailer: string | null;
   try {
-    result = await sandbox.exec(trusted(sandbox, REWARD_WRAPPER, [marker, verifier.command]), {
-      ...admin,
+    result = await sandbox.exec(trusted(sandbox, REWARD_WRAPPER, [marker, verifier.command, tests ? "tests" : "-"]), {
+      ...adminOptions(sandbox),
+      ...(tests ? { stdin: tests } : {}),
       env: verifier.env,
       timeoutMs: attempt.budgets.verifierMs,
       signal,
@@ -354,6 +365,12 @@ export async function runVerifier(attempt: SandboxAttempt): Promise<RewardRead |
     state.errors.push({ kind: "verifier", message: `the verifier timed out after ${Math.round(attempt.budgets.verifierMs / 1000)} s` });
     return null;
   }
+  if (trailer === null && tests && (result.exitCode === 97 || result.exitCode === 98)) {
+    if (await stoppedForGood(sandbox)) throw await stopped(sandbox);
+    const what = result.exitCode === 97 ? "empty /logs/verifier and /tests" : `unpack ${verifier.testsDir} into /tests`;
+    state.errors.push({ kind: "verifier", message: `could not ${what} before verifying (exit ${result.exitCode}): ${tail(result.stderr)}` });
+    return null;
+  }
   const read = trailer === null ? null : parseTrailer(trailer);
   if (read === null) {
     state.errors.push({ kind: "verifier", message: `the verifier's launcher did not report the reward files (exit ${result.exitCode}): ${tail(result.stderr, 3)}` });
@@ -362,6 +379,25 @@ export async function runVerifier(attempt: SandboxAttempt): Promise<RewardRead |
   await keepRewardCopies(trialDir, read);
   scoreReward(read, state);
   return read;
+}
+
+/** Tests larger than this go up with a separate upload rather than through the launcher's stdin (held in memory). */
+const INLINE_TESTS_BYTES = 64 * 1024 * 1024;
+
+/** The tests dir as a tar in memory, or null when it is larger than INLINE_TESTS_BYTES. */
+async function packTests(dir: string): Promise<Buffer | null> {
+  const chunks: Buffer[] = [];
+  let bytes = 0;
+  const stream = packDirectory(dir);
+  for await (const chunk of stream) {
+    bytes += (chunk as Buffer).length;
+    if (bytes > INLINE_TESTS_BYTES) {
+      stream.destroy();
+      return null;
+    }
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks);
 }
 
 /** Proctor's own copy of the reward files it scored, beside the tests' output. */
