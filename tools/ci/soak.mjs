@@ -10,9 +10,10 @@ import { fileURLToPath } from "node:url";
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "../..");
 const USAGE = `usage: tools/ci/soak [N=10] [options]
 
-Runs lint + typecheck once, then the vitest suite of every Nx project N times in a row under a
-CPU + IO load (stress-ng, installed with apt-get when missing and possible; else busy loops on
-every core plus a dd writer). Prints every test that failed even once with its count, then
+With CI=true (the default) it first readies the machine as .ci/run does (Debian tools, Docker
+engine, test images). Then it runs lint + typecheck once, and the vitest suite of every Nx project
+N times in a row under a CPU + IO load (stress-ng, installed with apt-get when missing and
+possible; else busy loops on every core plus a dd writer). Prints every test that failed even once with its count, then
 "soak: G/N runs green under load". Exits 1 if any run (or lint/typecheck) failed.
 
 options:
@@ -256,6 +257,30 @@ async function pool(items, width, work) {
   return results;
 }
 
+/** The Debian tools .ci/run installs because the suite drives them for real under CI=true. */
+const CI_TOOLS = ["zip", "unzip", "git", "debootstrap", "chromium", "redis-server"];
+
+/**
+ * Under CI=true the suite fails (never skips) without Docker, its test images and the tools
+ * .ci/run installs: make the machine ready the way .ci/run does, or stop with what is missing.
+ */
+function prepareMachine() {
+  const missing = CI_TOOLS.filter((tool) => spawnSync("sh", ["-c", `command -v ${tool}`], { stdio: "ignore" }).status !== 0);
+  if (missing.length > 0) {
+    if (process.getuid?.() !== 0) fail(`missing ${missing.join(", ")}, which the suite needs under CI=true: install them (apt-get install ${missing.join(" ")}) or run bash .ci/run once`);
+    console.log(`soak: installing ${missing.join(", ")} (apt-get), as .ci/run does`);
+    const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
+    spawnSync("apt-get", ["update", "-qq"], { stdio: "ignore", env });
+    const install = spawnSync("apt-get", ["install", "-y", "-qq", ...missing], { encoding: "utf8", env });
+    if (install.status !== 0) fail(`apt-get install ${missing.join(" ")} failed (exit ${install.status}):\n${lastLines(install.stdout + install.stderr)}`);
+  }
+  for (const script of ["tools/docker/ensure-engine.sh", "tools/images/build.sh"]) {
+    const result = spawnSync("bash", [script, ...(script.includes("images") ? ["all"] : [])], { cwd: ROOT, encoding: "utf8" });
+    if (result.status !== 0) fail(`bash ${script} failed (exit ${result.status}); the Docker tests cannot run:\n${lastLines(result.stdout + result.stderr)}`);
+  }
+  console.log("soak: Docker engine up, test images present");
+}
+
 function staticChecks() {
   console.log("soak: lint + typecheck (once, before the load starts)");
   const env = { ...process.env, NX_DAEMON: "false", NX_NO_CLOUD: "true", NX_TUI: "false" };
@@ -273,6 +298,7 @@ const workDir = options.out ?? join(tmpdir(), `proctor-soak-${new Date().toISOSt
 mkdirSync(workDir, { recursive: true });
 console.log(`soak: ${options.runs} run(s) of ${projects.length} project(s) [${projects.map((p) => p.root).join(", ")}], ${parallel} at a time${options.ci ? ", CI=true" : ""}; reports in ${workDir}`);
 
+if (options.ci) prepareMachine();
 const staticOk = options.staticChecks ? staticChecks() : true;
 const load = startLoad(options, workDir);
 for (const signal of ["SIGINT", "SIGTERM"]) {
