@@ -1,8 +1,11 @@
+import { mkdtemp, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, test } from "vitest";
 import { WebSocketServer } from "ws";
-import { ProctorClient, followBatch } from "./client";
+import { ProctorClient, followBatch, uploadArchive } from "./client";
 import { ClientError } from "./errors";
 import type { WireEnvelope } from "./wire";
 
@@ -21,6 +24,38 @@ async function serve(handler: Parameters<typeof createServer>[1], onServer?: (se
 }
 
 const envelope = (seq: number, event: WireEnvelope["event"], data: Record<string, unknown> = {}): WireEnvelope => ({ seq, event, batch_id: "b1", ts: new Date(0).toISOString(), data });
+
+describe("upload dropped before its answer was read", () => {
+  /** A server that resets the connection of POST /submit at once (as a refusal from the headers can look to a client still writing) and answers GET /batches with `probe`. */
+  async function resettingServer(probe: { status: number; body: unknown }): Promise<{ url: string; archive: string }> {
+    const url = await serve((req, res) => {
+      if (req.method === "POST") {
+        req.socket.resetAndDestroy();
+        return;
+      }
+      res.writeHead(probe.status, { "content-type": "application/json" }).end(JSON.stringify(probe.body));
+    });
+    const dir = await mkdtemp(join(tmpdir(), "proctor-client-upload-"));
+    const archive = join(dir, "batch.tar.gz");
+    await writeFile(archive, Buffer.alloc(16 * 1024 * 1024, 1));
+    return { url, archive };
+  }
+
+  test("the refusal the server gives the same credentials is what the caller sees, not the socket error", async () => {
+    const { url, archive } = await resettingServer({ status: 403, body: { error: "not_allowed", message: "hotkey 5Bob (request header Epistula-Signed-By) is not on this server's allowlist" } });
+    const error = await uploadArchive({ server: url, archivePath: archive, token: "t" }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ClientError);
+    expect(error).toMatchObject({ statusCode: 403, code: "not_allowed" });
+    expect((error as Error).message).toMatch(/^POST \/submit .*: 403 hotkey 5Bob .*not on this server's allowlist$/);
+  });
+
+  test("when the credentials are fine the error says the connection dropped mid-upload and where to look", async () => {
+    const { url, archive } = await resettingServer({ status: 200, body: [] });
+    const error = await uploadArchive({ server: url, archivePath: archive, token: "t" }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ statusCode: 0, code: "upload_dropped" });
+    expect((error as Error).message).toMatch(/closed the connection while the archive was being sent \((EPIPE|ECONNRESET|UND_ERR_SOCKET)\).*its log says why/);
+  });
+});
 
 describe("typed client", () => {
   test("an error answer becomes a ClientError with the server's code, message and Retry-After", async () => {

@@ -145,19 +145,33 @@ async function uploadOnce(options: SubmitBatchOptions): Promise<SubmitResponse> 
   if (options.concurrentTasks !== undefined) params.set("concurrent_tasks", String(options.concurrentTasks));
   if (options.model !== undefined) params.set("model", options.model);
   const query = params.size === 0 ? "" : `?${params.toString()}`;
-  const response = await request(new URL(`/submit${query}`, options.server), {
-    method: "POST",
-    body,
-    headers: {
-      ...authHeaders(options, bodySha256),
-      "content-digest": contentDigestHeader(bodySha256),
-      "content-type": `multipart/form-data; boundary=${boundary}`,
-      "content-length": String(head.length + size + tail.length),
-    },
-    signal: options.signal,
-  });
+  let response: Awaited<ReturnType<typeof request>>;
+  try {
+    response = await request(new URL(`/submit${query}`, options.server), {
+      method: "POST",
+      body,
+      headers: {
+        ...authHeaders(options, bodySha256),
+        "content-digest": contentDigestHeader(bodySha256),
+        "content-type": `multipart/form-data; boundary=${boundary}`,
+        "content-length": String(head.length + size + tail.length),
+      },
+      signal: options.signal,
+    });
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    if (options.signal?.aborted || typeof code !== "string" || !DROPPED_CONNECTION.has(code)) throw error;
+    // The server refuses an upload from its headers and closes without reading the body; the
+    // write can then fail before its answer is read. A signed GET gets the same refusal, if any.
+    const probe = await request(new URL("/batches", options.server), { method: "GET", headers: authHeaders(options, EMPTY_SHA256), signal: options.signal });
+    await readJson(probe, "POST /submit (the same credentials on GET /batches)");
+    throw new ClientError(0, "upload_dropped", `POST /submit: the server closed the connection while the archive was being sent (${code}), though it accepts this client's credentials; its log says why (an archive over its upload limit, or a restart)`, { cause: error });
+  }
   return readJson(response, "POST /submit", SubmitResponse);
 }
+
+/** Socket errors of a connection the other side closed while the request was being written. */
+const DROPPED_CONNECTION = new Set(["EPIPE", "ECONNRESET", "UND_ERR_SOCKET"]);
 
 /** What followBatch needs: where, who, which batch, and what to do with each message. */
 export interface FollowOptions extends ClientAuth {

@@ -6,7 +6,7 @@ export class ClientError extends Error {
   constructor(
     /** The HTTP status (0 when there was no HTTP answer, e.g. a lost WebSocket). */
     readonly statusCode: number,
-    /** The server's `error` code, or `bad_response` / `websocket` from the client itself. */
+    /** The server's `error` code, or `bad_response` / `websocket` / `upload_dropped` from the client itself. */
     readonly code: string,
     message: string,
     options?: { cause?: unknown },
