@@ -240,6 +240,7 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     limits,
     isolateVerifier: options.isolateVerifier ?? null,
     ...(options.container ? { container: options.container } : {}),
+    upcomingTrials: () => plan.length,
   };
 
   // summary.json is rewritten as trials finish, at most once per SUMMARY_EVERY_MS: summarizing reads

@@ -51,7 +51,10 @@ export function extractBounded(archive: Readable, dest: string, options: { strip
         }
         const room = Math.max(0, options.maxBytes - report.bytes);
         const take = Math.min(entry.size, room);
-        if (take < entry.size) report.truncated = true;
+        if (take < entry.size) {
+          report.truncated = true;
+          report.cutAt = rel.join("/");
+        }
         report.bytes += take;
         report.files++;
         entry.pause();

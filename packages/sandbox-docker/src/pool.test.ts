@@ -50,6 +50,20 @@ describe("WarmPool", () => {
     expect(pool.readyCount).toBe(1);
   });
 
+  it("warms no more than the caller says it will still ask for: the last acquires start nothing unused", async () => {
+    const { pool, start, pending, finishStarts } = setup(4);
+    await pool.acquire("a", start, 10);
+    const second = pool.acquire("a", start, 2);
+    // Two in use, max 4, but only two more to come: two spares, plus the one this caller waits for.
+    expect(pending).toHaveLength(3);
+    await finishStarts();
+    await second;
+    expect(await pool.acquire("a", start, 1)).toBeInstanceOf(Item);
+    expect(await pool.acquire("a", start, 0)).toBeInstanceOf(Item);
+    expect(pending).toHaveLength(0);
+    expect(pool.readyCount).toBe(0);
+  });
+
   it("hands out a ready item at once and starts its replacement", async () => {
     const { pool, start, pending, finishStarts } = setup(1);
     await pool.acquire("a", start);

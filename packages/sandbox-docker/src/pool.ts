@@ -29,6 +29,8 @@ interface Entry<T> {
   waiters: ((item: T | null) => void)[];
   /** acquire() calls since the last drain: warming starts at the second. */
   demand: number;
+  /** The last caller's count of items it will still ask for after this one (no more are warmed). */
+  upcoming: number;
   /** Items handed out and not yet released. */
   inUse: number;
   pausedUntil: number;
@@ -59,11 +61,13 @@ export class WarmPool<T extends Disposable> {
   /**
    * An item for `key`: a ready one, or one already starting (awaited); null when there is none and
    * the caller must start its own. Counts the caller as a user of the key until `release(key)`,
-   * and tops the key's supply up with `start`.
+   * and tops the key's supply up with `start`, to no more than `upcoming` spares when the caller
+   * knows how many more it will ask for (the last ones of a run then start nothing unused).
    */
-  acquire(key: string, start: () => Promise<T>): Promise<T | null> {
+  acquire(key: string, start: () => Promise<T>, upcoming = Number.POSITIVE_INFINITY): Promise<T | null> {
     const entry = this.entry(key);
     entry.demand++;
+    entry.upcoming = upcoming;
     entry.inUse++;
     const ready = entry.ready.shift();
     if (ready) {
@@ -115,16 +119,16 @@ export class WarmPool<T extends Disposable> {
   private entry(key: string): Entry<T> {
     let entry = this.entries.get(key);
     if (!entry) {
-      entry = { ready: [], starting: 0, waiters: [], demand: 0, inUse: 0, pausedUntil: 0 };
+      entry = { ready: [], starting: 0, waiters: [], demand: 0, upcoming: Number.POSITIVE_INFINITY, inUse: 0, pausedUntil: 0 };
       this.entries.set(key, entry);
     }
     return entry;
   }
 
-  /** Starts items until the unclaimed ones (ready or starting) reach min(max, in use) + `extra`. */
+  /** Starts items until the unclaimed ones (ready or starting) reach min(max, in use, upcoming) + `extra`. */
   private topUp(key: string, entry: Entry<T>, start: () => Promise<T>, extra: number): void {
     if (!this.enabled || entry.demand < 2 || this.now() < entry.pausedUntil) return;
-    const target = Math.min(this.options.max, entry.inUse) + extra;
+    const target = Math.min(this.options.max, entry.inUse, entry.upcoming) + extra;
     while (entry.ready.length + entry.starting - entry.waiters.length < target) {
       entry.starting++;
       const generation = this.generation;

@@ -273,7 +273,7 @@ export class DockerRuntime implements SandboxRuntime {
       // Started ahead of demand they cannot carry this caller's trial label: they get the run's
       // labels plus proctor.pooled=true, and the trial in their name (renamed when handed out).
       const { [LABELS.trial]: _trial, ...shared } = spec.labels;
-      const warm = await this.pool.acquire(key, () => this.start(spec, containerName("warm"), { ...shared, [POOLED_LABEL]: "true" }, undefined));
+      const warm = await this.pool.acquire(key, () => this.start(spec, containerName("warm"), { ...shared, [POOLED_LABEL]: "true" }, undefined), options.upcoming);
       if (warm) {
         if (signal?.aborted) {
           void warm.kill().catch(() => undefined); // its removal is tracked for drain()

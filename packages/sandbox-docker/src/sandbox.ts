@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { constants } from "node:fs";
 import { access, mkdir, readFile, stat } from "node:fs/promises";
-import { basename, posix } from "node:path";
+import { basename, join, posix } from "node:path";
 import type { IncomingMessage } from "node:http";
 import { PassThrough, type Duplex, type Readable } from "node:stream";
 import type Dockerode from "dockerode";
@@ -9,6 +9,7 @@ import * as tar from "tar";
 import { packDirectory, packFiles } from "@proctor/archive";
 import {
   OutputCollector,
+  checkedEntries,
   RuntimeUnavailableError,
   SandboxClosedError,
   SandboxStoppedError,
@@ -60,12 +61,21 @@ export async function oomKillsOnHost(pid: number, id: string): Promise<number | 
 }
 
 /**
- * Run by the trusted busybox as root with ($1 busybox, $2 source): says on its first stdout line
- * what the source is (a link is a file here: tar stores it, never follows it), then tars it
- * relative to itself on the rest of stdout.
+ * Run by the trusted busybox as root with ($1 busybox, $2 source, then entries to keep): says on
+ * its first stdout line what the source is (a link is a file here: tar stores it, never follows
+ * it), then tars it relative to itself on the rest of stdout: a directory's contents, or only
+ * the named entries that exist, in their order (MISSING when none does).
  */
-const TAR_SCRIPT = `b="$1"; p="$2"
-if [ -d "$p" ] && [ ! -L "$p" ]; then cd "$p" && echo DIR && exec "$b" tar -c .
+const TAR_SCRIPT = `b="$1"; p="$2"; shift 2
+if [ -d "$p" ] && [ ! -L "$p" ]; then
+  cd "$p" || exit 1
+  if [ $# -gt 0 ]; then
+    n=$#
+    for e in "$@"; do if [ -e "./$e" ] || [ -L "./$e" ]; then set -- "$@" "./$e"; fi; done
+    shift $n
+    if [ $# -eq 0 ]; then echo MISSING; exit 0; fi
+  else set -- .; fi
+  echo DIR && exec "$b" tar -c "$@"
 elif [ -e "$p" ] || [ -L "$p" ]; then cd "$("$b" dirname "$p")" && echo FILE && exec "$b" tar -c "./$("$b" basename "$p")"
 else echo MISSING; fi`;
 
@@ -302,7 +312,9 @@ export class DockerSandbox implements Sandbox {
     const maxBytes = options.maxBytes ?? Number.POSITIVE_INFINITY;
     // A running container: the trusted busybox's tar through an exec (~15 ms of daemon work),
     // not the archive API (the daemon re-executes itself to chroot: ~65 ms of CPU per call).
-    const streamed = await this.tarThroughExec(source);
+    const entries = options.entries === undefined ? [] : checkedEntries(options.entries);
+    if (options.entries !== undefined && entries.length === 0) return { files: 0, bytes: 0, truncated: false, skipped: [] };
+    const streamed = await this.tarThroughExec(source, entries);
     if (streamed === "missing") return { files: 0, bytes: 0, truncated: false, skipped: [] };
     if (streamed !== "stopped") {
       await mkdir(hostDir, { recursive: true });
@@ -312,6 +324,7 @@ export class DockerSandbox implements Sandbox {
         throw new TransferError(`download ${source} -> ${hostDir} failed: ${daemonMessage(error)}`, source, { cause: error });
       }
     }
+    if (entries.length > 0) return this.downloadEntries(source, entries, hostDir, maxBytes);
     // One round trip: the archive response carries the source's stat in a header.
     const archive = await this.getArchive(source, "download");
     if (archive === null) return { files: 0, bytes: 0, truncated: false, skipped: [] };
@@ -330,6 +343,23 @@ export class DockerSandbox implements Sandbox {
     } catch (error) {
       throw new TransferError(`download ${source} -> ${hostDir} failed: ${daemonMessage(error)}`, source, { cause: error });
     }
+  }
+
+  /** A stopped container's entries of `source` one by one through the archive API, in order, sharing maxBytes. */
+  private async downloadEntries(source: string, entries: string[], hostDir: string, maxBytes: number): Promise<DownloadReport> {
+    const report: DownloadReport = { files: 0, bytes: 0, truncated: false, skipped: [] };
+    for (const name of entries) {
+      const part = await this.download(posix.join(source, name), join(hostDir, name), { maxBytes: maxBytes - report.bytes });
+      report.files += part.files;
+      report.bytes += part.bytes;
+      report.skipped.push(...part.skipped.slice(0, Math.max(0, 100 - report.skipped.length)));
+      if (part.truncated) {
+        report.truncated = true;
+        report.cutAt = part.cutAt === undefined ? name : `${name}/${part.cutAt}`;
+        break;
+      }
+    }
+    return report;
   }
 
   /**
@@ -636,8 +666,8 @@ export class DockerSandbox implements Sandbox {
    * backpressure and cut by extractBounded (which then ends the exec). "missing" when there is no
    * such path, "stopped" when the container cannot run an exec (the caller uses the archive API).
    */
-  private async tarThroughExec(source: string): Promise<"missing" | "stopped" | { extract: (hostDir: string, maxBytes: number) => Promise<DownloadReport> }> {
-    const started = await this.trustedScript(TAR_SCRIPT, source, false).catch((error: unknown) => {
+  private async tarThroughExec(source: string, entries: string[]): Promise<"missing" | "stopped" | { extract: (hostDir: string, maxBytes: number) => Promise<DownloadReport> }> {
+    const started = await this.trustedScript(TAR_SCRIPT, [source, ...entries], false).catch((error: unknown) => {
       throw this.failure(`download ${source}`, error);
     });
     if (started === "stopped") return "stopped";
@@ -706,14 +736,14 @@ export class DockerSandbox implements Sandbox {
   }
 
   /**
-   * Starts `script` under the trusted busybox's sh as root with ($1 busybox, $2 path), attached
-   * (stdin too when asked); "stopped" when the container cannot run an exec.
+   * Starts `script` under the trusted busybox's sh as root with ($1 busybox, then `args`),
+   * attached (stdin too when asked); "stopped" when the container cannot run an exec.
    */
-  private async trustedScript(script: string, path: string, stdin: boolean): Promise<"stopped" | { exec: Dockerode.Exec; stream: Duplex; execId: string }> {
+  private async trustedScript(script: string, args: string[], stdin: boolean): Promise<"stopped" | { exec: Dockerode.Exec; stream: Duplex; execId: string }> {
     const execId = randomUUID();
     try {
       const exec = await this.container.exec({
-        Cmd: [TRUSTED_BUSYBOX, "sh", "-c", script, "sh", TRUSTED_BUSYBOX, path],
+        Cmd: [TRUSTED_BUSYBOX, "sh", "-c", script, "sh", TRUSTED_BUSYBOX, ...args],
         AttachStdin: stdin,
         AttachStdout: true,
         AttachStderr: true,
@@ -733,7 +763,7 @@ export class DockerSandbox implements Sandbox {
    * fed through an exec's stdin. False when the container cannot run an exec (not running).
    */
   private async untarThroughExec(dir: string, makeTar: (prefix: string) => Readable, operation: string): Promise<boolean> {
-    const started = await this.trustedScript(UNTAR_SCRIPT, dir, true).catch((error: unknown) => {
+    const started = await this.trustedScript(UNTAR_SCRIPT, [dir], true).catch((error: unknown) => {
       throw this.transferFailure(operation, dir, error);
     });
     if (started === "stopped") return false;

@@ -127,7 +127,23 @@ describe.skipIf(!run)("DockerSandbox file transfer", () => {
     expect(await stopping.download("/keep", fromStopped)).toMatchObject({ files: 2 });
     expect(await readFile(join(fromStopped, "g"), "utf8")).toBe("written while stopped\n");
     expect(await readFile(join(fromStopped, "f"), "utf8")).toBe("kept\n");
+    // Entries from a stopped container come one by one through the archive API, in order.
+    const entriesStopped = join(host, "stopped-entries");
+    expect(await stopping.download("/", entriesStopped, { entries: ["keep", "missing"], maxBytes: 8 })).toMatchObject({ truncated: true, bytes: 8, cutAt: expect.stringMatching(/^keep\/[fg]$/) });
     await stopping.kill();
+  });
+
+  it("download with entries: only those, in their order, one budget (cut in the first, the rest not read); none present copies nothing", async () => {
+    await sandbox.exec({ shell: "mkdir -p /lg/first /lg/second /lg/other && head -c 3000 /dev/zero > /lg/first/a && head -c 3000 /dev/zero > /lg/second/b && echo x > /lg/other/c && ln -s /etc /lg/first/link" });
+    const all = join(host, "entries-all");
+    expect(await sandbox.download("/lg", all, { entries: ["second", "missing", "first"] })).toMatchObject({ files: 2, bytes: 6000, truncated: false, skipped: ["./first/link"] });
+    expect((await readdir(all)).sort()).toEqual(["first", "second"]);
+    const cut = join(host, "entries-cut");
+    const report = await sandbox.download("/lg", cut, { entries: ["first", "second"], maxBytes: 1000 });
+    expect(report).toMatchObject({ truncated: true, bytes: 1000, cutAt: "first/a" });
+    expect(await readdir(cut)).toEqual(["first"]);
+    expect(await sandbox.download("/lg", join(host, "entries-none"), { entries: ["nope"] })).toEqual({ files: 0, bytes: 0, truncated: false, skipped: [] });
+    await expect(sandbox.download("/lg", join(host, "entries-bad"), { entries: ["../etc"] })).rejects.toThrow(/entries must be plain names/);
   });
 
   it("download: a missing source copies nothing; a file lands in hostDir under its name", async () => {

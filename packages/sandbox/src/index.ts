@@ -8,7 +8,7 @@ export {
 export { LocalRuntime, LocalSandbox, LOCAL_ROOT_PREFIX, DEFAULT_ENV_ALLOWLIST, LOCAL_CAPABILITIES } from "./local";
 export type { LocalRuntimeOptions } from "./local";
 export { OutputCollector, buildExecResult, exitCodeFromSignal, DEFAULT_MAX_OUTPUT_BYTES } from "./output";
-export { normalizeSandboxPath, hostPathOf, sandboxPathEnv } from "./paths";
+export { checkedEntries, normalizeSandboxPath, hostPathOf, sandboxPathEnv } from "./paths";
 export { CappedFile } from "./capped-file";
 export { SlotPool, Slot, SlotPoolExhaustedError, SlotGoneError, SlotPathError, SLOT_ENV } from "./slots";
 export type { SlotPoolOptions, SlotRequest, SlotRepo, SlotPoolStats, BatchItem } from "./slots";

@@ -239,6 +239,18 @@ describe("files", () => {
     expect((await stat(join(back, "a"))).size + (await stat(join(back, "b"))).size).toBe(8000);
   });
 
+  it("download with entries: only those, in their order, one budget; the cut file is named", async () => {
+    const s = await sandbox();
+    await s.exec({ shell: 'cd "$PROCTOR_LOGS_DIR" && mkdir -p first second other && head -c 3000 /dev/zero > first/a && head -c 3000 /dev/zero > second/b && echo x > other/c' });
+    const all = join(rootDir, `entries-all-${Date.now()}`);
+    expect(await s.download("/logs", all, { entries: ["second", "missing", "first"] })).toMatchObject({ files: 2, bytes: 6000, truncated: false });
+    expect((await readdir(all)).sort()).toEqual(["first", "second"]);
+    const cut = join(rootDir, `entries-cut-${Date.now()}`);
+    expect(await s.download("/logs", cut, { entries: ["second", "first"], maxBytes: 1000 })).toMatchObject({ truncated: true, bytes: 1000, cutAt: "second/b" });
+    expect(await readdir(cut)).toEqual(["second"]);
+    await expect(s.download("/logs", cut, { entries: ["a/b"] })).rejects.toThrow(/entries must be plain names/);
+  });
+
   it("uploads a single file to a path or into an existing dir", async () => {
     const s = await sandbox();
     const file = join(await mkdtemp(join(rootDir, "f-")), "solve.sh");

@@ -6,7 +6,7 @@ import { basename, dirname, join } from "node:path";
 import { silentLogger, type Logger } from "@proctor/schema";
 import { SandboxClosedError, SandboxError, SandboxStartError, TransferError } from "./errors";
 import { buildExecResult, exitCodeFromSignal, OutputCollector, DEFAULT_MAX_OUTPUT_BYTES } from "./output";
-import { hostPathOf, META_DIR, normalizeSandboxPath, sandboxPathEnv } from "./paths";
+import { checkedEntries, hostPathOf, META_DIR, normalizeSandboxPath, sandboxPathEnv } from "./paths";
 import { groupAlive, killGroup, killPids, pidsWithEnv, processStartTime, sameProcessAlive } from "./process";
 import { LABELS, SANDBOX_PATHS } from "./types";
 import type { DownloadOptions, DownloadReport, ExecCommand, ExecOptions, ExecResult, ImageRequest, Sandbox, SandboxCreateOptions, SandboxRuntime } from "./types";
@@ -611,9 +611,19 @@ export class LocalSandbox implements Sandbox {
       throw new TransferError(`download: cannot read ${sandboxPath}: ${(error as Error).message}`, sandboxPath, { cause: error });
     });
     if (info === null) return report;
+    const maxBytes = options.maxBytes ?? Number.POSITIVE_INFINITY;
+    const entries = options.entries === undefined ? undefined : checkedEntries(options.entries);
     try {
       await mkdir(hostDir, { recursive: true });
-      await copyBounded(source, info.isDirectory() ? hostDir : join(hostDir, basename(source)), options.maxBytes ?? Number.POSITIVE_INFINITY, report);
+      if (!info.isDirectory()) await copyBounded(source, join(hostDir, basename(source)), basename(source), maxBytes, report);
+      else if (entries === undefined) await copyBounded(source, hostDir, "", maxBytes, report);
+      else {
+        for (const name of entries) {
+          const exists = await lstat(join(source, name)).then(() => true, () => false);
+          if (exists) await copyBounded(join(source, name), join(hostDir, name), name, maxBytes, report);
+          if (report.truncated) break;
+        }
+      }
     } catch (error) {
       throw new TransferError(`download: copying ${sandboxPath} to ${hostDir} failed: ${(error as Error).message}`, sandboxPath, {
         cause: error,
@@ -649,13 +659,13 @@ const MAX_SKIPPED_LISTED = 100;
  * Copies regular files and directories from `source` to `dest` (never following links; FIFOs and
  * devices skipped) until `maxBytes` of file content went over; the file that crosses it is cut.
  */
-async function copyBounded(source: string, dest: string, maxBytes: number, report: DownloadReport): Promise<void> {
+async function copyBounded(source: string, dest: string, rel: string, maxBytes: number, report: DownloadReport): Promise<void> {
   const info = await lstat(source);
   if (report.truncated) return;
   if (info.isDirectory()) {
     await mkdir(dest, { recursive: true });
     for (const name of (await readdir(source)).sort()) {
-      await copyBounded(join(source, name), join(dest, name), maxBytes, report);
+      await copyBounded(join(source, name), join(dest, name), rel === "" ? name : `${rel}/${name}`, maxBytes, report);
       if (report.truncated) return;
     }
     return;
@@ -686,5 +696,8 @@ async function copyBounded(source: string, dest: string, maxBytes: number, repor
   }
   report.files++;
   report.bytes += take;
-  if (take < info.size) report.truncated = true;
+  if (take < info.size) {
+    report.truncated = true;
+    report.cutAt = rel;
+  }
 }

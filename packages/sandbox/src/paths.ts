@@ -47,3 +47,13 @@ export function sandboxPathEnv(root: string, workdir: string): Record<string, st
   }
   return env;
 }
+
+/** DownloadOptions.entries, checked: plain names only (no "/", ".", ".." or NUL), each once. */
+export function checkedEntries(entries: readonly string[]): string[] {
+  for (const name of entries) {
+    if (name === "" || name === "." || name === ".." || name.includes("/") || name.includes("\0")) {
+      throw new SandboxError(`download: entries must be plain names inside the source directory, got ${JSON.stringify(name)}`);
+    }
+  }
+  return [...new Set(entries)];
+}

@@ -60,6 +60,11 @@ export interface SandboxCreateOptions {
    * it (its owner died). A runtime may round it up. Default: no deadline.
    */
   lifetimeMs?: number;
+  /**
+   * How many more sandboxes the caller expects to create after this one (a run's trials not yet
+   * started): a runtime that starts sandboxes ahead of demand starts no more than that.
+   */
+  upcoming?: number;
   signal?: AbortSignal;
 }
 
@@ -122,6 +127,11 @@ export interface DownloadOptions {
    * counts at its full size); the file that crosses the limit is cut. Default unlimited.
    */
   maxBytes?: number;
+  /**
+   * When the source is a directory: bring only these of its top-level entries (plain names), in
+   * this order, so maxBytes goes to the first ones first; missing ones are left out.
+   */
+  entries?: readonly string[];
 }
 
 /** What a download brought over. Only regular files and directories are written; links, FIFOs and devices are skipped. */
@@ -130,6 +140,8 @@ export interface DownloadReport {
   bytes: number;
   /** True when maxBytes stopped the download before its end. */
   truncated: boolean;
+  /** The file (path relative to the source) maxBytes cut; nothing after it was read. */
+  cutAt?: string;
   /** Entries left out (links, FIFOs, devices, unsafe names), at most 100. */
   skipped: string[];
 }

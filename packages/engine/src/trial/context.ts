@@ -43,6 +43,8 @@ export interface TrialEnvironment {
   isolateVerifier: boolean | null;
   /** `--container-config` settings for every sandbox of the run (a task's gpus apply when it has none). */
   container?: ContainerSettings;
+  /** The run's trials not yet started (a hint for the runtime's warm pool). */
+  upcomingTrials?: () => number;
 }
 
 /** What one attempt found out; becomes the trial's result. */

@@ -59,6 +59,7 @@ export async function startSandbox(attempt: Attempt, lifetimeMs: number, onPendi
     ...(spec.workdir !== null ? { workdir: spec.workdir } : {}),
     labels: { "proctor.run": env.runId, "proctor.trial": trialId },
     lifetimeMs,
+    ...(env.upcomingTrials ? { upcoming: env.upcomingTrials() } : {}),
     signal: startSignal,
   });
   onPending(create);
