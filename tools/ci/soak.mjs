@@ -274,8 +274,8 @@ function prepareMachine() {
     const install = spawnSync("apt-get", ["install", "-y", "-qq", ...missing], { encoding: "utf8", env });
     if (install.status !== 0) fail(`apt-get install ${missing.join(" ")} failed (exit ${install.status}):\n${lastLines(install.stdout + install.stderr)}`);
   }
-  for (const script of ["tools/docker/ensure-engine.sh", "tools/images/build.sh"]) {
-    const result = spawnSync("bash", [script, ...(script.includes("images") ? ["all"] : [])], { cwd: ROOT, encoding: "utf8" });
+  for (const [script, ...args] of [["tools/docker/ensure-engine.sh"], ["tools/images/build.sh", "all"]]) {
+    const result = spawnSync("bash", [script, ...args], { cwd: ROOT, encoding: "utf8" });
     if (result.status !== 0) fail(`bash ${script} failed (exit ${result.status}); the Docker tests cannot run:\n${lastLines(result.stdout + result.stderr)}`);
   }
   console.log("soak: Docker engine up, test images present");

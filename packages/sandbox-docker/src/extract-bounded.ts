@@ -5,7 +5,8 @@ import type { Readable } from "node:stream";
 import * as tar from "tar";
 import type { DownloadReport } from "@proctor/sandbox";
 
-const MAX_SKIPPED_LISTED = 100;
+/** Entries a DownloadReport lists as skipped, at most. */
+export const MAX_SKIPPED_LISTED = 100;
 
 /**
  * Extracts a tar stream into `dest`, writing only regular files and directories (links, FIFOs,

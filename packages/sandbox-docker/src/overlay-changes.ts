@@ -77,8 +77,9 @@ async function read({ upper, lowers }: OverlayLayers): Promise<OverlayChanges> {
   }
   // The xattrs of the upper dir, its entries and their image counterparts, in one getfattr run
   // (a process start costs this process more than the lookups).
-  const xattrs = await getXattrs([upper, ...entries.map(({ rel }) => `${upper}${rel}`), ...present]);
-  for (const path of [upper, ...entries.map(({ rel }) => `${upper}${rel}`)]) {
+  const upperPaths = [upper, ...entries.map(({ rel }) => `${upper}${rel}`)];
+  const xattrs = await getXattrs([...upperPaths, ...present]);
+  for (const path of upperPaths) {
     for (const name of xattrs.get(path)?.keys() ?? []) {
       if (name === CAPABILITY || NEUTRAL_XATTRS.has(name)) continue;
       const rel = path.slice(upper.length) || "/";

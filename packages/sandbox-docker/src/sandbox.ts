@@ -30,7 +30,7 @@ import type { Logger } from "@proctor/schema";
 import { daemonMessage, isConnectionError, statusCode } from "./docker-errors";
 import { FrameDemuxer } from "./frames";
 import { EXEC_MARKER, KILL_TREE_SCRIPT } from "./kill-tree";
-import { extractBounded } from "./extract-bounded";
+import { MAX_SKIPPED_LISTED, extractBounded } from "./extract-bounded";
 import { containerCgroupDir, LIST_PROCESSES_SCRIPT, listProcessesOnHost, parseProcessListing } from "./processes";
 import { overlayLayersOf, readOverlayChanges, type OverlayLayers } from "./overlay-changes";
 import { startAndWaitReady } from "./ready";
@@ -352,7 +352,7 @@ export class DockerSandbox implements Sandbox {
       const part = await this.download(posix.join(source, name), join(hostDir, name), { maxBytes: maxBytes - report.bytes });
       report.files += part.files;
       report.bytes += part.bytes;
-      report.skipped.push(...part.skipped.slice(0, Math.max(0, 100 - report.skipped.length)));
+      report.skipped.push(...part.skipped.slice(0, Math.max(0, MAX_SKIPPED_LISTED - report.skipped.length)));
       if (part.truncated) {
         report.truncated = true;
         report.cutAt = part.cutAt === undefined ? name : `${name}/${part.cutAt}`;
