@@ -1,5 +1,5 @@
-import { readFileSync } from "node:fs";
-import { readdir, readFile } from "node:fs/promises";
+import { closeSync, openSync, readFileSync, readSync } from "node:fs";
+import { readdir } from "node:fs/promises";
 
 function errnoCode(error: unknown): string | undefined {
   return (error as NodeJS.ErrnoException | null)?.code;
@@ -65,6 +65,11 @@ export function sameProcessAlive(pid: number, startTime: string | null): boolean
 /**
  * Pids (Linux only; [] elsewhere) whose environment has `name=value`: catches processes that left
  * their process group (setsid, double fork) but kept the env the sandbox gave them.
+ *
+ * Runs at every sandbox stop and reads every process's environ, so it reads them synchronously
+ * into one reused buffer, a slice of pids at a time: `readFile` cost ~4 thread-pool round trips
+ * and a fresh 64 KiB buffer per process (/proc files report size 0), and those buffers' external
+ * memory kept forcing young-generation GCs in a busy worker.
  */
 export async function pidsWithEnv(name: string, value: string): Promise<number[]> {
   let entries: string[];
@@ -73,24 +78,50 @@ export async function pidsWithEnv(name: string, value: string): Promise<number[]
   } catch {
     return [];
   }
-  const needle = Buffer.from(`${name}=${value}\0`);
+  const needle = Buffer.from(`\0${name}=${value}\0`);
   const found: number[] = [];
-  await Promise.all(
-    entries.map(async (entry) => {
-      if (!/^\d+$/.test(entry)) return;
+  for (let i = 0; i < entries.length; i += ENVIRON_SLICE) {
+    if (i > 0) await new Promise((resolve) => setImmediate(resolve)); // let other trials run between slices
+    for (const entry of entries.slice(i, i + ENVIRON_SLICE)) {
+      if (!/^\d+$/.test(entry)) continue;
       const pid = Number(entry);
-      if (pid === process.pid) return;
-      try {
-        const environ = await readFile(`/proc/${pid}/environ`);
-        if (environ.subarray(0, needle.length).equals(needle) || environ.includes(Buffer.concat([Buffer.from([0]), needle]))) {
-          found.push(pid);
-        }
-      } catch {
-        // Gone, or another user's process: neither can be one of ours.
-      }
-    }),
-  );
+      if (pid !== process.pid && environHas(pid, needle)) found.push(pid);
+    }
+  }
   return found;
+}
+
+/** Pids read between two turns of the event loop (~10 µs each). */
+const ENVIRON_SLICE = 64;
+let environBuffer = Buffer.allocUnsafe(64 * 1024);
+
+/** Whether /proc/<pid>/environ holds `needle` (`\0name=value\0`; the first entry has no leading NUL). */
+function environHas(pid: number, needle: Buffer): boolean {
+  let fd: number;
+  try {
+    fd = openSync(`/proc/${pid}/environ`, "r");
+  } catch {
+    return false; // gone, or another user's process: neither can be one of ours
+  }
+  let length = 0;
+  try {
+    for (;;) {
+      if (length === environBuffer.length) {
+        const bigger = Buffer.allocUnsafe(environBuffer.length * 2);
+        environBuffer.copy(bigger, 0, 0, length);
+        environBuffer = bigger;
+      }
+      const n = readSync(fd, environBuffer, length, environBuffer.length - length, null);
+      if (n === 0) break;
+      length += n;
+    }
+  } catch {
+    return false; // exited while being read
+  } finally {
+    closeSync(fd);
+  }
+  const environ = environBuffer.subarray(0, length);
+  return environ.subarray(0, needle.length - 1).equals(needle.subarray(1)) || environ.includes(needle);
 }
 
 /** SIGKILL each pid, ignoring ones already gone. */
