@@ -88,6 +88,8 @@ const slowChangesReasons = new Set<string>();
 const DAEMON_RETURN_MS = 120_000;
 /** How long to wait for the output streams to close after the process tree was killed. */
 const KILL_GRACE_MS = 5000;
+/** What runc says (through the daemon, as an exec's output) when asked to exec in a container that has stopped. */
+const STOPPED_EXEC = /cannot exec in a stopped (state|container)/;
 
 /** A running Docker container driven through the Engine API. Create it with DockerRuntime.create. */
 export class DockerSandbox implements Sandbox {
@@ -251,7 +253,11 @@ export class DockerSandbox implements Sandbox {
     }
     if (killed) await killed;
     if (callbackError !== undefined) throw callbackError;
-    return finish(await this.exitCode(exec));
+    const result = finish(await this.exitCode(exec));
+    if (await this.refusedAsStopped(result.exitCode, result.stdout + result.stderr)) {
+      throw this.stopped(`exec ${describeArgv(argv)}`);
+    }
+    return result;
   }
 
   async upload(hostPath: string, sandboxPath: string): Promise<void> {
@@ -587,10 +593,22 @@ export class DockerSandbox implements Sandbox {
     if (isConnectionError(error)) {
       return new RuntimeUnavailableError(`${operation}: the Docker daemon stopped answering (${daemonMessage(error)}); the trial is retried once it is back`, { cause: error });
     }
-    if ((error as { statusCode?: number }).statusCode === 409 && /is not running/.test(daemonMessage(error))) {
-      return new SandboxStoppedError(`${operation}: container ${this.id} is no longer running (a process inside it ended its main process, or it ran out of memory)`, { cause: error });
-    }
+    if ((error as { statusCode?: number }).statusCode === 409 && /is not running/.test(daemonMessage(error))) return this.stopped(operation, error);
     return new SandboxError(`${operation} in container ${this.id} failed: ${daemonMessage(error)}`, { cause: error });
+  }
+
+  private stopped(operation: string, cause?: unknown): SandboxStoppedError {
+    return new SandboxStoppedError(`${operation}: container ${this.id} is no longer running (a process inside it ended its main process, or it ran out of memory)`, { cause });
+  }
+
+  /**
+   * Whether an exec that ended with `exitCode` never ran because the container had stopped: an
+   * exec created while the container still counted as running fails to start once it is not, and
+   * the daemon reports that as exit 126 with its message as output, not as an error.
+   */
+  private async refusedAsStopped(exitCode: number, output: string): Promise<boolean> {
+    if (exitCode !== 126) return false;
+    return STOPPED_EXEC.test(output) || !(await this.isRunning());
   }
 
   private async killExecTree(execId: string): Promise<void> {
@@ -716,6 +734,7 @@ export class DockerSandbox implements Sandbox {
     };
     const seen = await kind;
     if (seen !== "DIR" && seen !== "FILE") {
+      if (STOPPED_EXEC.test(`${seen}\n${stderr}`) && (await this.refusedAsStopped(await this.exitCode(exec), seen))) return "stopped";
       stop();
       if (seen === "MISSING") return "missing";
       throw new TransferError(`download ${source} failed: ${stderr.trim().slice(-300) || "the trusted tar sent no archive"}`, source);
@@ -788,6 +807,7 @@ export class DockerSandbox implements Sandbox {
       throw this.transferFailure(operation, dir, error);
     }
     const exitCode = await this.exitCode(exec);
+    if (await this.refusedAsStopped(exitCode, output)) return false;
     if (exitCode !== 0) throw new TransferError(`${operation} (${dir}) failed: the trusted tar exited ${exitCode}: ${output.trim().slice(-300)}`, dir);
     return true;
   }
