@@ -257,28 +257,14 @@ async function pool(items, width, work) {
   return results;
 }
 
-/** The Debian tools .ci/run installs because the suite drives them for real under CI=true. */
-const CI_TOOLS = ["zip", "unzip", "git", "debootstrap", "chromium", "redis-server"];
-
 /**
- * Under CI=true the suite fails (never skips) without Docker, its test images and the tools
- * .ci/run installs: make the machine ready the way .ci/run does, or stop with what is missing.
+ * Under CI=true the suite fails (never skips) without Docker, its test images and the Debian tools
+ * it drives: ready the machine with the script .ci/run uses, or stop with what it said.
  */
 function prepareMachine() {
-  const missing = CI_TOOLS.filter((tool) => spawnSync("sh", ["-c", `command -v ${tool}`], { stdio: "ignore" }).status !== 0);
-  if (missing.length > 0) {
-    if (process.getuid?.() !== 0) fail(`missing ${missing.join(", ")}, which the suite needs under CI=true: install them (apt-get install ${missing.join(" ")}) or run bash .ci/run once`);
-    console.log(`soak: installing ${missing.join(", ")} (apt-get), as .ci/run does`);
-    const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
-    spawnSync("apt-get", ["update", "-qq"], { stdio: "ignore", env });
-    const install = spawnSync("apt-get", ["install", "-y", "-qq", ...missing], { encoding: "utf8", env });
-    if (install.status !== 0) fail(`apt-get install ${missing.join(" ")} failed (exit ${install.status}):\n${lastLines(install.stdout + install.stderr)}`);
-  }
-  for (const [script, ...args] of [["tools/docker/ensure-engine.sh"], ["tools/images/build.sh", "all"]]) {
-    const result = spawnSync("bash", [script, ...args], { cwd: ROOT, encoding: "utf8" });
-    if (result.status !== 0) fail(`bash ${script} failed (exit ${result.status}); the Docker tests cannot run:\n${lastLines(result.stdout + result.stderr)}`);
-  }
-  console.log("soak: Docker engine up, test images present");
+  const result = spawnSync("bash", ["tools/ci/prepare-machine.sh"], { cwd: ROOT, encoding: "utf8" });
+  if (result.status !== 0) fail(`bash tools/ci/prepare-machine.sh failed (exit ${result.status}); the suite cannot run under CI=true:\n${lastLines(result.stdout + result.stderr)}`);
+  console.log("soak: Debian tools, Docker engine and test images ready (tools/ci/prepare-machine.sh)");
 }
 
 function staticChecks() {
