@@ -230,7 +230,10 @@ step("tsc (NodeNext, strict)", () => {
 });
 
 step("README examples (run)", () => {
-  const env = { ...process.env, NO_COLOR: "1", FORCE_COLOR: "0", PATH: `${join(project, "node_modules", ".bin")}:${process.env.PATH}` };
+  // The examples' temp files (a README shows mkdtemp in tmpdir()) go with the work dir, not into /tmp.
+  const tmp = join(work, "tmp");
+  mkdirSync(tmp);
+  const env = { ...process.env, TMPDIR: tmp, NO_COLOR: "1", FORCE_COLOR: "0", PATH: `${join(project, "node_modules", ".bin")}:${process.env.PATH}` };
   for (const ex of examples) {
     if (ex.name === "@proctor/sandbox-docker" && process.env.CI !== "true" && !dockerImagePresent("proctor/base:bookworm")) {
       console.log(`  SKIPPED ${ex.name}: no Docker engine with proctor/base:bookworm (pnpm images); CI=true never skips`);

@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import Dockerode from "dockerode";
@@ -6,7 +7,7 @@ import { ImageError, LABELS, type Sandbox } from "@proctor/sandbox";
 import { afterAll, describe, expect, it } from "vitest";
 import { dockerTestGate } from "./gate";
 import { DockerRuntime, DROPPED_CAPABILITIES, POOLED_LABEL } from "./runtime";
-import { BUSYBOX, TEST_LABEL, testContainers } from "./test-helpers";
+import { BUSYBOX, TEST_LABEL, channelDirOf, testContainers } from "./test-helpers";
 
 const docker = new Dockerode();
 const run = await dockerTestGate(docker);
@@ -136,9 +137,13 @@ describe.skipIf(!run)("DockerRuntime.create", () => {
     await exited;
     const byOwner = () => docker.listContainers({ all: true, filters: { label: [`${LABELS.owner}=${owner}`] } });
     expect((await byOwner()).map((c) => c.Id)).toEqual([id]);
+    const channelDir = await channelDirOf(docker, id);
+    expect(existsSync(channelDir)).toBe(true);
 
     expect(await runtime.reap()).toBeGreaterThanOrEqual(1);
     expect(await byOwner()).toEqual([]);
+    // The dead owner's exec-channel directory on this host goes with its container.
+    expect(existsSync(channelDir)).toBe(false);
     expect((await docker.getContainer(mine.id).inspect()).State.Running).toBe(true);
   });
 });

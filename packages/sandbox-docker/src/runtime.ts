@@ -23,7 +23,7 @@ import { WarmPool } from "./pool";
 import { DockerSandbox } from "./sandbox";
 import { DOCKER_CAPABILITIES } from "./capabilities";
 import { READY, SETUP_FAILED, startAndWaitReady } from "./ready";
-import { CHANNEL_DIR, CHANNEL_LOOP, ExecChannel } from "./channel";
+import { CHANNEL_DIR, CHANNEL_LOOP, ExecChannel, removeOrphanChannelDirs } from "./channel";
 import { watchOwner } from "./watchdog";
 import { DEFAULT_FORWARDER_IMAGE, startHostSocketForwarder } from "./host-socket";
 import { TOOLCHAIN_DIR, TRUSTED_BUSYBOX, ensureToolchainVolume } from "./toolchain";
@@ -188,7 +188,8 @@ export class DockerRuntime implements SandboxRuntime {
   /**
    * Removes containers labelled proctor.managed=true whose proctor.owner process is gone (same
    * host, and its pid is free or now belongs to a process that started later). Containers of
-   * other hosts, of live owners, or with an owner label in another format are left alone.
+   * other hosts, of live owners, or with an owner label in another format are left alone. Exec-
+   * channel directories of dead processes in this host's temp dir go too.
    */
   async reap(): Promise<number> {
     return this.guard(async () => {
@@ -207,6 +208,14 @@ export class DockerRuntime implements SandboxRuntime {
           if (statusCode(error) === 404 || (statusCode(error) === 409 && /already in progress/.test(daemonMessage(error)))) continue;
           throw new SandboxError(`Reaping container ${info.Id} failed: ${daemonMessage(error)}`, { cause: error });
         }
+      }
+      // Exec-channel directories of processes that died before closing them (their containers
+      // may have gone by any remover: a watchdog, a queue worker's reaper, `docker rm`).
+      for (const dir of await removeOrphanChannelDirs().catch((error: unknown) => {
+        this.logger.warn("removing dead processes' exec-channel directories failed", { error: (error as Error).message });
+        return [];
+      })) {
+        this.logger.debug("removed a dead process's exec-channel directory", { dir });
       }
       return removed;
     });

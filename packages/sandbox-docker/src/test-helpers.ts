@@ -1,4 +1,5 @@
 import Dockerode from "dockerode";
+import { CHANNEL_DIR } from "./channel";
 
 /** Label carried by every container a test creates, so afterAll can remove them even after failures. */
 export const TEST_LABEL = "proctor.test";
@@ -37,4 +38,11 @@ export async function until(check: () => Promise<boolean>, timeoutMs: number, in
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
   return check();
+}
+
+/** Host path of a container's exec-channel directory (its bind mount at CHANNEL_DIR); throws when it has none. */
+export async function channelDirOf(docker: Dockerode, id: string): Promise<string> {
+  const mount = (await docker.getContainer(id).inspect()).Mounts.find((m) => m.Destination === CHANNEL_DIR);
+  if (!mount) throw new Error(`container ${id} has no exec channel mount at ${CHANNEL_DIR}`);
+  return mount.Source;
 }

@@ -7,7 +7,7 @@ import Dockerode from "dockerode";
 import { afterAll, describe, expect, it } from "vitest";
 import { dockerTestGate } from "./gate";
 import { DockerRuntime } from "./runtime";
-import { BUSYBOX, TEST_LABEL, testContainers, until } from "./test-helpers";
+import { BUSYBOX, TEST_LABEL, channelDirOf, testContainers, until } from "./test-helpers";
 import { WATCHDOG_TAG, WATCH_INTERVAL_MS, watchdogEndpoint, watchdogPid } from "./watchdog";
 
 describe("watchdogEndpoint (the daemon the watchdog talks to is the runtime's)", () => {
@@ -107,10 +107,14 @@ describe.skipIf(!run)("the sandbox watchdog", () => {
     // A live owner keeps its container across several of the watchdog's looks.
     await new Promise((resolve) => setTimeout(resolve, 2.5 * WATCH_INTERVAL_MS));
     expect(await containersOf(owner.owner)).toEqual([owner.container]);
+    const channelDir = await channelDirOf(docker, owner.container);
+    expect(existsSync(channelDir)).toBe(true);
 
     const killedAt = Date.now();
     owner.child.kill("SIGKILL");
     expect(await until(async () => (await containersOf(owner.owner)).length === 0, 60_000, 200)).toBe(true);
+    // Its exec channel's directory on this host goes too (by the watchdog, or by another test's reap()).
+    expect(await until(async () => !existsSync(channelDir), 10_000, 100)).toBe(true);
     const tookMs = Date.now() - killedAt;
     console.log(`watchdog: the container was gone ${tookMs} ms after kill -9 of its owner`);
     expect(tookMs).toBeLessThan(60_000);

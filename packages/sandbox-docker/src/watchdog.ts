@@ -1,7 +1,10 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { LABELS } from "@proctor/sandbox";
 import type { Logger } from "@proctor/schema";
 import type Dockerode from "dockerode";
+import { channelDirPrefix } from "./channel";
 import { parseOwner } from "./owner";
 
 /**
@@ -21,7 +24,8 @@ export const WATCH_INTERVAL_MS = 2000;
  * The watchdog: a detached Node process, started with the first sandbox of an owner, that
  * outlives its owner. Every `watchMs` it checks that the owner (pid + start time) is alive; once
  * it is gone (kill -9 included, or a clean exit), it removes every container whose
- * `proctor.owner` label is exactly the owner's, confirms none is left, and exits. Self-contained
+ * `proctor.owner` label is exactly the owner's, confirms none is left, removes the owner's
+ * exec-channel directories, and exits. Self-contained
  * (node built-ins only, the Engine API over the daemon's socket or TCP), so it runs with any
  * `node` and needs nothing from this package at run time. testcontainers' Ryuk does the same from
  * a container; without a registry a host process is what we can start.
@@ -36,6 +40,7 @@ const WATCHDOG_SCRIPT = String.raw`
 const http = require("node:http");
 const https = require("node:https");
 const fs = require("node:fs");
+const path = require("node:path");
 const cfg = JSON.parse(process.env.PROCTOR_WATCHDOG || "{}");
 delete process.env.PROCTOR_WATCHDOG;
 const owner = process.argv[2];
@@ -94,6 +99,14 @@ const reap = async () => {
       empty = 0;
     }
     await sleep(1500);
+  }
+  // The owner's exec-channel directories on this host (its close() never ran if it was killed).
+  if (cfg.channels) {
+    try {
+      const dir = path.dirname(cfg.channels);
+      const prefix = path.basename(cfg.channels);
+      for (const name of fs.readdirSync(dir)) if (name.startsWith(prefix)) fs.rmSync(path.join(dir, name), { recursive: true, force: true });
+    } catch {}
   }
   process.exit(0);
 };
@@ -171,7 +184,8 @@ function startWatchdog(options: WatchdogOptions): boolean {
   const { endpoint, ownerLabel, logger } = options;
   const key = keyOf(endpoint, ownerLabel);
   if (running.has(key)) return true;
-  const config = JSON.stringify({ endpoint, label: LABELS.owner, pid: options.ownerPid, start: options.ownerStart, watchMs: options.watchMs ?? WATCH_INTERVAL_MS });
+  const channels = join(tmpdir(), channelDirPrefix(options.ownerPid, options.ownerStart));
+  const config = JSON.stringify({ endpoint, label: LABELS.owner, pid: options.ownerPid, start: options.ownerStart, channels, watchMs: options.watchMs ?? WATCH_INTERVAL_MS });
   try {
     const child = spawn(process.execPath, ["-e", WATCHDOG_SCRIPT, WATCHDOG_TAG, ownerLabel], {
       detached: true,
