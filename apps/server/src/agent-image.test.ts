@@ -9,7 +9,8 @@ import { parseReceipt, verifyReceipt } from "@proctor/report";
 import { DockerRuntime, dockerTestGate } from "@proctor/sandbox-docker";
 import * as tar from "tar";
 import { describe, expect, test } from "vitest";
-import { ALICE, call, collectWs, startTestServer, tempDir, waitForStatus } from "./test-support";
+import { ALICE, call, collectWs, startTestServer, waitForStatus } from "./test-support";
+import { tempDir } from "./test-fixture";
 
 const haveDocker = await dockerTestGate();
 const REPO = resolve(import.meta.dirname, "../../..");

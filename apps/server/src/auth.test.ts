@@ -9,7 +9,8 @@ import { uploadArchive } from "@proctor/client";
 import { ClientError } from "@proctor/client";
 import { startServer } from "./server";
 import type { RunningServer } from "./server";
-import { ALICE, BOB, EMPTY_SHA, call, collectWs, makeArchive, makeGitRepo, startTestServer, tempDir } from "./test-support";
+import { ALICE, BOB, EMPTY_SHA, call, collectWs, makeArchive, makeGitRepo, startTestServer } from "./test-support";
+import { tempDir } from "./test-fixture";
 
 let root: string;
 let server: RunningServer;

@@ -9,7 +9,8 @@ import { DockerRuntime, dockerTestGate } from "@proctor/sandbox-docker";
 import { request } from "undici";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import type { RunningServer } from "./server";
-import { startTestServer, tempDir } from "./test-support";
+import { startTestServer } from "./test-support";
+import { tempDir } from "./test-fixture";
 
 const run = await dockerTestGate();
 const execFileAsync = promisify(execFile);

@@ -4,7 +4,8 @@ import { dirname, join } from "node:path";
 import * as tar from "tar";
 import { describe, expect, test } from "vitest";
 import { submitBatch } from "@proctor/client";
-import { ALICE, call, startTestServer, tempDir } from "./test-support";
+import { ALICE, call, startTestServer } from "./test-support";
+import { tempDir } from "./test-fixture";
 
 async function put(path: string, content: string, executable = false): Promise<void> {
   await mkdir(dirname(path), { recursive: true });

@@ -1,7 +1,6 @@
 // Helpers for this package's tests (not exported from index.ts).
 import { execFileSync } from "node:child_process";
-import { chmod, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { chmod, mkdir, readdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { Keypair } from "@proctor/auth";
 import { LocalRuntime } from "@proctor/sandbox";
@@ -24,10 +23,6 @@ export function memoryLogger(): Logger & { lines: string[] } {
   const lines: string[] = [];
   const log = (level: string) => (message: string, fields?: Record<string, unknown>) => lines.push(`${level} ${message} ${fields ? JSON.stringify(fields) : ""}`);
   return { lines, debug: log("debug"), info: log("info"), warn: log("warn"), error: log("error") };
-}
-
-export async function tempDir(prefix = "proctor-server-test-"): Promise<string> {
-  return mkdtemp(join(tmpdir(), prefix));
 }
 
 /** A local git repository with one commit; returns its path and the commit sha. */

@@ -1,11 +1,17 @@
-import { mkdir, mkdtemp, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, test } from "vitest";
+import { afterAll, describe, expect, test } from "vitest";
 import { AGENT_IMAGE_BUILD_ARGS, readImageAgent } from "./image";
+
+const dirs: string[] = [];
+afterAll(async () => {
+  await Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true })));
+});
 
 async function agentDir(files: Record<string, string>): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), "proctor-image-agent-"));
+  dirs.push(dir);
   await mkdir(dir, { recursive: true });
   for (const [name, text] of Object.entries(files)) await writeFile(join(dir, name), text);
   return dir;

@@ -1,9 +1,9 @@
-import { mkdtemp, writeFile } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AddressInfo } from "node:net";
-import { afterEach, describe, expect, test } from "vitest";
+import { afterAll, afterEach, describe, expect, test } from "vitest";
 import { WebSocketServer } from "ws";
 import { ProctorClient, followBatch, uploadArchive } from "./client";
 import { ClientError } from "./errors";
@@ -26,6 +26,10 @@ async function serve(handler: Parameters<typeof createServer>[1], onServer?: (se
 const envelope = (seq: number, event: WireEnvelope["event"], data: Record<string, unknown> = {}): WireEnvelope => ({ seq, event, batch_id: "b1", ts: new Date(0).toISOString(), data });
 
 describe("upload dropped before its answer was read", () => {
+  const dirs: string[] = [];
+  afterAll(async () => {
+    await Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true })));
+  });
   /** A server that resets the connection of POST /submit at once (as a refusal from the headers can look to a client still writing) and answers GET /batches with `probe`. */
   async function resettingServer(probe: { status: number; body: unknown }): Promise<{ url: string; archive: string }> {
     const url = await serve((req, res) => {
@@ -36,6 +40,7 @@ describe("upload dropped before its answer was read", () => {
       res.writeHead(probe.status, { "content-type": "application/json" }).end(JSON.stringify(probe.body));
     });
     const dir = await mkdtemp(join(tmpdir(), "proctor-client-upload-"));
+    dirs.push(dir);
     const archive = join(dir, "batch.tar.gz");
     await writeFile(archive, Buffer.alloc(16 * 1024 * 1024, 1));
     return { url, archive };

@@ -1,7 +1,7 @@
 import { link, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { describe, expect, test } from "vitest";
+import { afterAll, describe, expect, test } from "vitest";
 import { loadCompetitionTask, medalFor } from "./competition";
 import { loadTasks } from "./sources";
 
@@ -10,8 +10,15 @@ async function put(path: string, content: string): Promise<void> {
   await writeFile(path, content);
 }
 
+const roots: string[] = [];
+afterAll(async () => {
+  await Promise.all(roots.map((root) => rm(root, { recursive: true, force: true })));
+});
+
 async function competition(toml: string, files: Record<string, string> = {}): Promise<string> {
-  const dir = join(await mkdtemp(join(tmpdir(), "proctor-comp-")), "comp");
+  const root = await mkdtemp(join(tmpdir(), "proctor-comp-"));
+  roots.push(root);
+  const dir = join(root, "comp");
   await put(join(dir, "task.toml"), toml);
   const defaults: Record<string, string> = {
     "instruction.md": "predict\n",
