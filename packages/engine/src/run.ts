@@ -231,7 +231,7 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     agent,
     timeoutMultiplier: options.timeoutMultiplier,
     defaultImage: options.defaultImage ?? null,
-    repoCache: new RepoCache(options.cacheDir ?? join(dirname(runDir), "..", ".cache", "repos")),
+    repoCache: new RepoCache(options.cacheDir ?? join(dirname(runDir), "..", ".cache", "repos"), { logger }),
     emit: (body) => bus.emit(body),
     logger,
     clock: options.clock ?? systemClock,

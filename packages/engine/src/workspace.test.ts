@@ -1,8 +1,9 @@
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
+import { ownedTempPrefix } from "@proctor/sandbox";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { WorkspaceError } from "./errors";
 import { RepoCache, repoUrl } from "./workspace";
@@ -31,6 +32,27 @@ afterAll(async () => {
 });
 
 describe("RepoCache", () => {
+  test("a checkout's temp dir is named after this process; a killed process's leftover checkout is removed, a live one's kept", async () => {
+    const temp = await mkdtemp(join(tmpdir(), "proctor-ws-test-"));
+    const saved = process.env.TMPDIR;
+    process.env.TMPDIR = temp; // os.tmpdir() reads it on every call
+    try {
+      const leftover = join(temp, `${ownedTempPrefix("proctor-ws-", 4_194_000, "12345")}Ab3dE9`); // no such pid
+      const live = join(temp, `${ownedTempPrefix("proctor-ws-")}Lm8nO1`); // this process, another checkout in flight
+      for (const dir of [leftover, live]) await mkdir(join(dir, "repo"), { recursive: true });
+      const cache = new RepoCache(join(root, "cache-sweep"));
+      const used = await cache.withCheckout(origin, first, async (dir) => dirname(dir));
+      expect(basename(used).startsWith(ownedTempPrefix("proctor-ws-"))).toBe(true);
+      expect(existsSync(used)).toBe(false);
+      expect(existsSync(leftover)).toBe(false);
+      expect(existsSync(live)).toBe(true);
+    } finally {
+      if (saved === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = saved;
+      await rm(temp, { recursive: true, force: true });
+    }
+  });
+
   test("checks out the exact base commit from a local path and from file://, as a standalone repo", async () => {
     const cache = new RepoCache(join(root, "cache"));
     for (const url of [origin, `file://${origin}`]) {

@@ -2,13 +2,15 @@ import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
 import { constants as fsConstants, existsSync } from "node:fs";
 import { copyFile, link, mkdir, mkdtemp, readdir, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { isAbsolute, join, resolve } from "node:path";
 import { promisify } from "node:util";
-import { COMMIT_ID } from "@proctor/schema";
+import { makeOwnedTempDir, removeOrphanTempDirs } from "@proctor/sandbox";
+import { COMMIT_ID, silentLogger, type Logger } from "@proctor/schema";
 import { WorkspaceError } from "./errors";
 
 const run = promisify(execFile);
+/** Start of a checkout's temp dir name (named after its process: see @proctor/sandbox ownedTempPrefix). */
+const CHECKOUT_TEMP_PREFIX = "proctor-ws-";
 
 /**
  * Transports git may use for a task's repo, whatever the host's git config says: never `ext::`
@@ -91,12 +93,18 @@ function describe(error: unknown): string {
 export class RepoCache {
   private readonly locks = new Map<string, Promise<unknown>>();
   private readonly maxCommitPacks: number;
+  private readonly logger: Logger;
+  private swept: Promise<void> | undefined;
 
-  /** `maxCommitPacks`: how many base commits' packs to keep for repeated checkouts (default 64). */
+  /**
+   * `maxCommitPacks`: how many base commits' packs to keep for repeated checkouts (default 64).
+   * `logger`: told about checkouts of killed processes that could not be removed.
+   */
   constructor(
     readonly dir: string,
-    options: { maxCommitPacks?: number } = {},
+    options: { maxCommitPacks?: number; logger?: Logger } = {},
   ) {
+    this.logger = options.logger ?? silentLogger;
     this.maxCommitPacks = options.maxCommitPacks ?? 64;
     if (!Number.isInteger(this.maxCommitPacks) || this.maxCommitPacks < 1) {
       throw new RangeError(`RepoCache maxCommitPacks must be a whole number >= 1, got ${String(options.maxCommitPacks)}`);
@@ -163,7 +171,13 @@ export class RepoCache {
   ): Promise<T> {
     const bare = await this.ensure(url, commit, options);
     const id = commit.toLowerCase();
-    const parent = await mkdtemp(join(tmpdir(), "proctor-ws-"));
+    // Checkouts left by processes killed mid-checkout (a repo's worth each), once per cache.
+    this.swept ??= removeOrphanTempDirs(CHECKOUT_TEMP_PREFIX).then(
+      ({ failed }) => failed.forEach(({ path, error }) => this.logger.warn("a killed process's checkout could not be removed", { dir: path, error })),
+      (error: unknown) => this.logger.warn("looking for killed processes' checkouts failed", { error: (error as Error).message }),
+    );
+    await this.swept;
+    const parent = await makeOwnedTempDir(CHECKOUT_TEMP_PREFIX);
     const dir = join(parent, "repo");
     const gitDir = join(dir, ".git");
     try {

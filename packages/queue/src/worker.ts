@@ -80,7 +80,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
   const specs = new SpecCache(redis, prefix);
   const cache = new BundleCache(join(options.workDir, "bundles"), options.token ? { token: options.token } : {});
   const runtime = labelled(options.runtime, { [WORKER_LABELS.worker]: id, [WORKER_LABELS.host]: host });
-  const repoCache = new RepoCache(join(options.workDir, "repos"));
+  const repoCache = new RepoCache(join(options.workDir, "repos"), { logger });
   const stop = new AbortController(); // only a forced stop aborts running trials
   const running = new Set<string>();
   let finished = 0;

@@ -1,14 +1,12 @@
 import { execFile } from "node:child_process";
 import { close as closeCallback, constants, open as openCallback } from "node:fs";
-import { mkdtemp, readdir, rm, unlink, writeFile } from "node:fs/promises";
+import { rm, unlink, writeFile } from "node:fs/promises";
 import { Socket } from "node:net";
-import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { OutputCollector, buildExecResult, type ExecOptions, type ExecResult } from "@proctor/sandbox";
+import { OutputCollector, buildExecResult, makeOwnedTempDir, type ExecOptions, type ExecResult } from "@proctor/sandbox";
 import type { Logger } from "@proctor/schema";
 import { EXEC_MARKER } from "./kill-tree";
-import { ownerIsGone, processStartTime } from "./owner";
 import { TRUSTED_BUSYBOX } from "./toolchain";
 
 /**
@@ -31,34 +29,8 @@ import { TRUSTED_BUSYBOX } from "./toolchain";
  * checks) all pass `user` (the sandbox's adminUser) and always go through `docker exec`.
  */
 export const CHANNEL_DIR = "/.proctor-channel";
-
-/**
- * Start of the name of a channel's directory on the host made by process `pid` (started at
- * `startTime`, as in owner labels), so whoever finds it after that process died knows it is
- * nobody's: `proctor-channel-<pid>-<start>-` + mkdtemp's six characters.
- */
-export function channelDirPrefix(pid: number, startTime: string | null): string {
-  return `proctor-channel-${pid}-${startTime ?? "unknown"}-`;
-}
-const CHANNEL_HOST_DIR = /^proctor-channel-(\d+)-(\d+|unknown)-[A-Za-z0-9]{6}$/;
-let ownPrefix: string | undefined;
-
-/**
- * Removes the channel directories in `dir` whose process is gone (killed before its sandboxes'
- * close() ran); a live process's are left alone. Returns the paths removed.
- */
-export async function removeOrphanChannelDirs(dir: string = tmpdir()): Promise<string[]> {
-  const removed: string[] = [];
-  for (const name of await readdir(dir)) {
-    const match = CHANNEL_HOST_DIR.exec(name);
-    if (!match) continue;
-    const [, pid, start] = match as unknown as [string, string, string];
-    if (!ownerIsGone({ host: hostname(), pid: Number(pid), startTime: start === "unknown" ? null : start })) continue;
-    await rm(join(dir, name), { recursive: true, force: true });
-    removed.push(join(dir, name));
-  }
-  return removed;
-}
+/** Start of a channel directory's name in the host's temp dir (see @proctor/sandbox ownedTempPrefix). */
+export const CHANNEL_TEMP_PREFIX = "proctor-channel-";
 /** Concurrent channel execs per sandbox; more fall back to `docker exec`. */
 const LANES = 32;
 /** A request the keep-alive has not picked up within this long means the channel is stuck (stopped, or its requests stolen). */
@@ -193,8 +165,7 @@ export class ExecChannel {
 
   /** A channel directory with its FIFOs, or null (logged) when FIFOs cannot be made here. */
   static async create(logger: Logger, options: { startTimeoutMs?: number } = {}): Promise<ExecChannel | null> {
-    ownPrefix ??= channelDirPrefix(process.pid, processStartTime(process.pid));
-    const dir = await mkdtemp(join(tmpdir(), ownPrefix));
+    const dir = await makeOwnedTempDir(CHANNEL_TEMP_PREFIX);
     const names = ["ctl", "live"];
     for (let i = 0; i < LANES; i++) names.push(`o${i}`, `e${i}`, `w${i}`);
     try {

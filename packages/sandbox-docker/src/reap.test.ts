@@ -2,10 +2,10 @@ import { mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import type Dockerode from "dockerode";
-import { LABELS } from "@proctor/sandbox";
+import { LABELS, ownedTempPrefix } from "@proctor/sandbox";
 import { describe, expect, it } from "vitest";
-import { channelDirPrefix } from "./channel";
-import { formatOwner, processStartTime } from "./owner";
+import { CHANNEL_TEMP_PREFIX } from "./channel";
+import { formatOwner } from "./owner";
 import { DockerRuntime } from "./runtime";
 
 /** The daemon's answers to a reap, scripted: list one dead owner's container, then fail its removal. */
@@ -38,24 +38,18 @@ describe("reap when the daemon refuses a removal", () => {
 });
 
 describe("reap removes exec-channel directories of dead processes from the temp dir", () => {
-  it("a killed process's, whatever removed its containers; a live process's and other names stay", async () => {
+  it("a killed process's, whatever removed its containers; a live process's stay", async () => {
     const root = await mkdtemp(join(tmpdir(), "proctor-reap-test-"));
     const saved = process.env.TMPDIR;
     process.env.TMPDIR = root; // os.tmpdir() reads it on every call
     try {
-      const make = async (name: string) => mkdir(join(root, name));
-      await make(`${channelDirPrefix(4_194_000, "12345")}Ab3dE9`); // no such pid: gone
-      await make(`${channelDirPrefix(4_194_001, null)}Xy7kQ2`); // no such pid, start unknown: gone
-      await make(`${channelDirPrefix(process.pid, "1")}Pq4rS5`); // this pid, but another start time: a process before this one
-      await make(`${channelDirPrefix(process.pid, processStartTime(process.pid))}Lm8nO1`); // this live process
-      await make("proctor-channel-Zz9yX8"); // another naming: not ours to judge
-      await make("proctor-channel-4194000-12345-too-long"); // not a channel directory name
+      const dead = `${ownedTempPrefix(CHANNEL_TEMP_PREFIX, 4_194_000, "12345")}Ab3dE9`; // no such pid
+      const live = `${ownedTempPrefix(CHANNEL_TEMP_PREFIX)}Lm8nO1`; // this process
+      for (const name of [dead, live]) await mkdir(join(root, name));
       const docker = { listContainers: async () => [] } as unknown as Dockerode;
       const runtime = new DockerRuntime({ docker, watchdog: false, warmPool: 0 });
       await expect(runtime.reap()).resolves.toBe(0);
-      expect((await readdir(root)).sort()).toEqual(
-        [`${channelDirPrefix(process.pid, processStartTime(process.pid))}Lm8nO1`, "proctor-channel-4194000-12345-too-long", "proctor-channel-Zz9yX8"].sort(),
-      );
+      expect(await readdir(root)).toEqual([live]);
     } finally {
       if (saved === undefined) delete process.env.TMPDIR;
       else process.env.TMPDIR = saved;

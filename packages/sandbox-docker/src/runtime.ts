@@ -9,6 +9,7 @@ import {
   SANDBOX_PATH_ENV,
   SandboxError,
   SandboxStartError,
+  removeOrphanTempDirs,
   type ContainerSettings,
   type ImageRequest,
   type Sandbox,
@@ -23,7 +24,7 @@ import { WarmPool } from "./pool";
 import { DockerSandbox } from "./sandbox";
 import { DOCKER_CAPABILITIES } from "./capabilities";
 import { READY, SETUP_FAILED, startAndWaitReady } from "./ready";
-import { CHANNEL_DIR, CHANNEL_LOOP, ExecChannel, removeOrphanChannelDirs } from "./channel";
+import { CHANNEL_DIR, CHANNEL_LOOP, CHANNEL_TEMP_PREFIX, ExecChannel } from "./channel";
 import { watchOwner } from "./watchdog";
 import { DEFAULT_FORWARDER_IMAGE, startHostSocketForwarder } from "./host-socket";
 import { TOOLCHAIN_DIR, TRUSTED_BUSYBOX, ensureToolchainVolume } from "./toolchain";
@@ -211,12 +212,9 @@ export class DockerRuntime implements SandboxRuntime {
       }
       // Exec-channel directories of processes that died before closing them (their containers
       // may have gone by any remover: a watchdog, a queue worker's reaper, `docker rm`).
-      for (const dir of await removeOrphanChannelDirs().catch((error: unknown) => {
-        this.logger.warn("removing dead processes' exec-channel directories failed", { error: (error as Error).message });
-        return [];
-      })) {
-        this.logger.debug("removed a dead process's exec-channel directory", { dir });
-      }
+      const channels = await removeOrphanTempDirs(CHANNEL_TEMP_PREFIX);
+      if (channels.removed.length > 0) this.logger.debug("removed dead processes' exec-channel directories", { dirs: channels.removed });
+      for (const { path, error } of channels.failed) this.logger.warn("a dead process's exec-channel directory could not be removed", { dir: path, error });
       return removed;
     });
   }

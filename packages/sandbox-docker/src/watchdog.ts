@@ -1,10 +1,10 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { LABELS } from "@proctor/sandbox";
+import { LABELS, ownedTempPrefix } from "@proctor/sandbox";
 import type { Logger } from "@proctor/schema";
 import type Dockerode from "dockerode";
-import { channelDirPrefix } from "./channel";
+import { CHANNEL_TEMP_PREFIX } from "./channel";
 import { parseOwner } from "./owner";
 
 /**
@@ -184,7 +184,7 @@ function startWatchdog(options: WatchdogOptions): boolean {
   const { endpoint, ownerLabel, logger } = options;
   const key = keyOf(endpoint, ownerLabel);
   if (running.has(key)) return true;
-  const channels = join(tmpdir(), channelDirPrefix(options.ownerPid, options.ownerStart));
+  const channels = join(tmpdir(), ownedTempPrefix(CHANNEL_TEMP_PREFIX, options.ownerPid, options.ownerStart));
   const config = JSON.stringify({ endpoint, label: LABELS.owner, pid: options.ownerPid, start: options.ownerStart, channels, watchMs: options.watchMs ?? WATCH_INTERVAL_MS });
   try {
     const child = spawn(process.execPath, ["-e", WATCHDOG_SCRIPT, WATCHDOG_TAG, ownerLabel], {

@@ -144,7 +144,7 @@ export class SlotService {
       throw new SandboxError(`slots need a runtime whose sandboxes have their own filesystem (Docker); the ${options.runtime.name} runtime runs commands on this host`);
     }
     this.cacheDir = resolve(options.cacheDir ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "proctor", "slots"));
-    this.repoCache = new RepoCache(join(this.cacheDir, "repos"));
+    this.repoCache = new RepoCache(join(this.cacheDir, "repos"), { logger: options.logger });
   }
 
   /** Loads the slot tasks (once); a task that does not load is named in the error. */

@@ -1,0 +1,49 @@
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { processStartTime, sameProcessAlive } from "./process";
+
+/**
+ * Temp directories named after the process that made them: `<prefix><pid>-<start>-XXXXXX`, the
+ * start time as in /proc/<pid>/stat ("unknown" without /proc). A process killed with -9 never
+ * removes its own; whoever finds one later can tell that its process is gone and remove it.
+ */
+export function ownedTempPrefix(prefix: string, pid: number = process.pid, startTime: string | null = ownStartTime()): string {
+  return `${prefix}${pid}-${startTime ?? "unknown"}-`;
+}
+
+let ownStart: { value: string | null } | undefined;
+function ownStartTime(): string | null {
+  ownStart ??= { value: processStartTime(process.pid) };
+  return ownStart.value;
+}
+
+/** A fresh temp directory of this process under `parent` (default: the OS temp dir). */
+export async function makeOwnedTempDir(prefix: string, parent: string = tmpdir()): Promise<string> {
+  return mkdtemp(join(parent, ownedTempPrefix(prefix)));
+}
+
+/**
+ * Removes the `prefix` temp directories in `parent` whose process is gone; a live process's, and
+ * names in any other form, are left alone. One that cannot be removed (another user's, in a
+ * shared /tmp) is listed in `failed` and the rest still go.
+ */
+export async function removeOrphanTempDirs(prefix: string, parent: string = tmpdir()): Promise<{ removed: string[]; failed: { path: string; error: string }[] }> {
+  const name = new RegExp(`^${prefix.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}(\\d+)-(\\d+|unknown)-[A-Za-z0-9]{6}$`);
+  const removed: string[] = [];
+  const failed: { path: string; error: string }[] = [];
+  for (const entry of await readdir(parent)) {
+    const match = name.exec(entry);
+    if (!match) continue;
+    const [, pid, start] = match as unknown as [string, string, string];
+    if (sameProcessAlive(Number(pid), start === "unknown" ? null : start)) continue;
+    const path = join(parent, entry);
+    try {
+      await rm(path, { recursive: true, force: true });
+      removed.push(path);
+    } catch (error) {
+      failed.push({ path, error: (error as Error).message });
+    }
+  }
+  return { removed, failed };
+}
