@@ -49,6 +49,9 @@ function watchdogsOfPid(pid: number): number[] {
   return found;
 }
 
+/** Exec-channel directories in the temp dir made by process `pid` (`proctor-channel-<pid>-<start>-*`). */
+const channelDirsOfPid = (pid: number) => readdirSync(tmpdir()).filter((name) => name.startsWith(`proctor-channel-${pid}-`));
+
 async function poll(check: () => boolean, timeoutMs: number): Promise<boolean> {
   const end = Date.now() + timeoutMs;
   while (Date.now() < end) {
@@ -71,6 +74,8 @@ describe.skipIf(!docker)("kill -9 of the CLI or the server", () => {
       const up = await poll(() => containers(label, false).length >= 2, 120_000);
       expect(up, (await Promise.race([done, Promise.resolve(null)]))?.stderr ?? "the CLI still runs").toBe(true);
       expect(watchdogsOfPid(child.pid as number)).toHaveLength(1);
+      // Each sandbox's exec channel has its FIFO directory in the temp dir, named after the CLI's pid.
+      expect(channelDirsOfPid(child.pid as number).length).toBeGreaterThanOrEqual(2);
     } catch (error) {
       child.kill("SIGKILL");
       throw error;
@@ -86,6 +91,8 @@ describe.skipIf(!docker)("kill -9 of the CLI or the server", () => {
     expect(gone, `still there after 60 s: ${containers(label).join(" ")}`).toBe(true);
     // And the watchdog is gone too once it has confirmed it.
     expect(await poll(() => watchdogsOfPid(child.pid as number).length === 0, 20_000)).toBe(true);
+    // It removed the CLI's exec-channel directories on its way out (the CLI's close() never ran).
+    expect(channelDirsOfPid(child.pid as number)).toEqual([]);
     expect(existsSync(join(root, "runs", runId, "run.json"))).toBe(true);
   });
 
