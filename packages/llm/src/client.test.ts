@@ -152,8 +152,13 @@ describe("OpenAIChatModel", () => {
     );
     const batch = () => Promise.all(Array.from({ length: 16 }, () => model.complete(hello)));
     const first = batch();
-    await new Promise((r) => setTimeout(r, 400));
+    // The limit comes down while 429s arrive (polled: on a loaded machine the first 429s come late),
+    // and the requests let in before it did finish.
+    const settled = () => model.limiter.stats().limit <= 2 && model.limiter.stats().inFlight <= model.limiter.stats().limit;
+    const deadline = Date.now() + 10_000;
+    while (!settled() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     expect(model.limiter.stats().limit).toBeLessThanOrEqual(2);
+    expect(model.limiter.stats().inFlight).toBeLessThanOrEqual(2);
     peak = 0;
     await new Promise((r) => setTimeout(r, 200));
     peaks.push(peak); // while 429s still arrive
