@@ -119,6 +119,7 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
   app.decorateRequest("bodySha256", null);
   app.decorateRequest("staged", null);
   const uploads = new UploadSlots(ctx.maxConcurrentUploads, ctx.maxConcurrentUploadsPerKey);
+  ctx.metrics.observeUploads(uploads);
 
   // Every body is read as raw bytes so the signature's hash covers exactly what was sent.
   app.removeAllContentTypeParsers();

@@ -39,6 +39,16 @@ export class ServerMetrics {
   readonly activeBatches = this.queueGauge("proctor_active_batches", "Batches running now", (c) => c.active);
   readonly queuedBatches = this.queueGauge("proctor_queued_batches", "Batches waiting for a free slot", (c) => c.queued);
   readonly wsClients = new Gauge({ name: "proctor_ws_clients", help: "Open WebSocket connections", registers: [this.registry] });
+  /** Read from the upload caps at each scrape (see observeUploads). */
+  private uploads: { readonly inUse: number } | null = null;
+  readonly uploadsInProgress: Gauge = new Gauge({
+    name: "proctor_uploads_in_progress",
+    help: "Batch uploads being received now (each holds one of --max-uploads)",
+    registers: [this.registry],
+    collect: () => {
+      if (this.uploads) this.uploadsInProgress.set(this.uploads.inUse);
+    },
+  });
   readonly wsDropped = new Counter({
     name: "proctor_ws_dropped_events_total",
     help: "Events not sent to a slow WebSocket client (task_phase dropped, or skipped until a resync snapshot)",
@@ -59,6 +69,11 @@ export class ServerMetrics {
   /** Take the batch gauges from this queue's counts at each scrape. */
   observe(queue: RunQueue): void {
     this.queue = queue;
+  }
+
+  /** Take the uploads gauge from these caps at each scrape. */
+  observeUploads(uploads: { readonly inUse: number }): void {
+    this.uploads = uploads;
   }
 
   private queueGauge(name: string, help: string, pick: (counts: ReturnType<RunQueue["counts"]>) => number): Gauge {

@@ -5,9 +5,9 @@ import { Readable } from "node:stream";
 import { Keypair, contentDigestHeader, signRequest } from "@proctor/auth";
 import { request } from "undici";
 import { describe, expect, test } from "vitest";
-import { uploadArchive } from "@proctor/client";
+import { authHeaders, uploadArchive } from "@proctor/client";
 import type { ClientError } from "@proctor/client";
-import { ALICE, BOB, call, makeArchive, startTestServer } from "./test-support";
+import { ALICE, BOB, EMPTY_SHA, call, makeArchive, startTestServer } from "./test-support";
 import { useGitFixture } from "./test-fixture";
 
 const fixture = useGitFixture();
@@ -138,6 +138,20 @@ describe("upload caps", () => {
   const CHARLIE = Keypair.fromUri("//Charlie");
 
   /** An upload that sends 64 KiB and then waits; resolves with the server's answer if it refuses early. */
+  /** Waits until the server counts `n` uploads in progress (its /metrics gauge); fails after 30 s. */
+  async function uploadsInProgress(url: string, n: number): Promise<void> {
+    const deadline = Date.now() + 30_000;
+    let seen = "";
+    while (Date.now() < deadline) {
+      const response = await request(new URL("/metrics", url), { headers: authHeaders({ keypair: ALICE }, EMPTY_SHA) });
+      const text = await response.body.text();
+      seen = /^proctor_uploads_in_progress (\d+)$/m.exec(text)?.[1] ?? `no gauge (${response.statusCode})`;
+      if (seen === String(n)) return;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(seen, "uploads in progress").toBe(String(n));
+  }
+
   function slowUpload(url: string, keypair: Keypair): { answer: Promise<{ status: number; retryAfter: string | undefined; body: any }>; body: Readable } {
     const digest = createHash("sha256").update("slow").digest("hex");
     let pushed = false;
@@ -162,7 +176,7 @@ describe("upload caps", () => {
     try {
       const first = slowUpload(server.url, ALICE);
       first.answer.catch(() => undefined);
-      await new Promise((r) => setTimeout(r, 300));
+      await uploadsInProgress(server.url, 1);
       const again = await slowUpload(server.url, ALICE).answer;
       expect(again.status).toBe(429);
       expect(again.retryAfter).toMatch(/^\d+$/);
@@ -184,11 +198,11 @@ describe("upload caps", () => {
       expect(retries).toHaveLength(1);
       const held = slowUpload(server.url, ALICE);
       held.answer.catch(() => undefined);
-      await new Promise((r) => setTimeout(r, 300));
+      await uploadsInProgress(server.url, 1);
 
       const bob = slowUpload(server.url, BOB);
       bob.answer.catch(() => undefined);
-      await new Promise((r) => setTimeout(r, 300));
+      await uploadsInProgress(server.url, 2);
       const charlie = await slowUpload(server.url, CHARLIE).answer;
       expect(charlie.status).toBe(503);
       expect(charlie.retryAfter).toMatch(/^\d+$/);
@@ -206,6 +220,7 @@ describe("upload caps", () => {
         result = await uploadArchive({ server: server.url, archivePath: archive, keypair: ALICE, uploadRetries: 0 }).catch((e: unknown) => e);
       } while ((result as ClientError).statusCode !== undefined && Date.now() < deadline);
       expect(result).toMatchObject({ total_tasks: 1 });
+      await uploadsInProgress(server.url, 0);
     } finally {
       await server.close();
     }
@@ -219,7 +234,7 @@ describe("upload caps", () => {
         (a) => a.status,
         (e: unknown) => (e as Error).name,
       );
-      await new Promise((r) => setTimeout(r, 200));
+      await uploadsInProgress(server.url, 1);
       expect((await slowUpload(server.url, ALICE).answer).status).toBe(429);
       expect(await outcome).not.toBe(202);
       const archive = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "t" }] });
