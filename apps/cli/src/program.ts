@@ -333,7 +333,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
 
   program
     .command("gc")
-    .description("remove containers and sandbox roots left behind by dead runs")
+    .description("remove containers, sandbox roots and temp dirs left behind by dead runs")
     .action(async () => setExitCode(await gcCommand({ logger })));
 
   return program;

@@ -8,7 +8,7 @@ export { findTampering } from "./integrity";
 export type { TamperProbe, Tampering } from "./integrity";
 export { buildRunConfig, configHash, describeConfigChanges, hashDirectory } from "./config";
 export type { StoredRunConfig } from "./config";
-export { RepoCache, repoUrl } from "./workspace";
+export { RepoCache, repoUrl, CHECKOUT_TEMP_PREFIX } from "./workspace";
 export { writeJsonAtomic, readRunConfig } from "./store";
 export { systemClock, ManualClock, retry, withTimeout, backoffDelayMs } from "./clock";
 export type { Clock, RetryOptions, TimeoutOptions } from "./clock";

@@ -10,7 +10,7 @@ import { WorkspaceError } from "./errors";
 
 const run = promisify(execFile);
 /** Start of a checkout's temp dir name (named after its process: see @proctor/sandbox ownedTempPrefix). */
-const CHECKOUT_TEMP_PREFIX = "proctor-ws-";
+export const CHECKOUT_TEMP_PREFIX = "proctor-ws-";
 
 /**
  * Transports git may use for a task's repo, whatever the host's git config says: never `ext::`

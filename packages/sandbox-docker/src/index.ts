@@ -6,6 +6,7 @@ export { buildContextBytes, buildImageWithLimits } from "./limited-build";
 export type { ImageBuildLimits } from "./limited-build";
 export { dockerAvailable, dockerTestGate } from "./gate";
 export { EXEC_MARKER } from "./kill-tree";
+export { CHANNEL_TEMP_PREFIX } from "./channel";
 export { currentOwnerLabel, parseOwner } from "./owner";
 export type { Owner } from "./owner";
 export { ContainerSettingsError, PRIVILEGED_CONSENT_ENV, parseContainerConfig } from "./container-config";
