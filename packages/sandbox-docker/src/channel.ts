@@ -1,10 +1,10 @@
 import { execFile } from "node:child_process";
 import { close as closeCallback, constants, open as openCallback } from "node:fs";
-import { rm, unlink, writeFile } from "node:fs/promises";
+import { unlink, writeFile } from "node:fs/promises";
 import { Socket } from "node:net";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { OutputCollector, buildExecResult, makeOwnedTempDir, type ExecOptions, type ExecResult } from "@proctor/sandbox";
+import { OutputCollector, buildExecResult, makeOwnedTempDir, removeTreeWithoutStat, type ExecOptions, type ExecResult } from "@proctor/sandbox";
 import type { Logger } from "@proctor/schema";
 import { EXEC_MARKER } from "./kill-tree";
 import { TRUSTED_BUSYBOX } from "./toolchain";
@@ -172,7 +172,7 @@ export class ExecChannel {
       // Node has no mkfifo(3); one process makes all of them.
       await execFileAsync("mkfifo", ["-m", "0600", ...names.map((n) => join(dir, n))]);
     } catch (error) {
-      await rm(dir, { recursive: true, force: true });
+      await removeTreeWithoutStat(dir);
       logger.warn("the exec channel is off: mkfifo failed on this host; execs use docker exec", { error: error instanceof Error ? error.message : String(error) });
       return null;
     }
@@ -233,7 +233,10 @@ export class ExecChannel {
   async close(): Promise<void> {
     this.die("the sandbox was killed");
     this.closeEnds();
-    await rm(this.hostDir, { recursive: true, force: true }).catch(() => undefined);
+    // Not fs.rm: it stats each FIFO, which breaks require() in this process (see removeTreeWithoutStat).
+    await removeTreeWithoutStat(this.hostDir).catch((error: unknown) =>
+      this.logger.warn("could not remove the exec channel's directory; `proctor gc` removes it once this process is gone", { dir: this.hostDir, error: error instanceof Error ? error.message : String(error) }),
+    );
   }
 
   private closeEnds(): void {

@@ -1,5 +1,7 @@
-import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
+import { execFileSync } from "node:child_process";
+import { existsSync, realpathSync } from "node:fs";
+import { mkdir, mkdtemp, readdir, rm, symlink, writeFile } from "node:fs/promises";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -37,9 +39,33 @@ describe("temp dirs named after their process", () => {
       tooLong: "proctor-x.y-4194000-12345-Ab3dE9x",
     };
     for (const name of Object.values(names)) await mkdir(join(parent, name));
+    await mkdir(join(parent, names.gone, "a", "b"), { recursive: true });
+    await writeFile(join(parent, names.gone, "a", "b", "file"), "x");
+    await symlink("/", join(parent, names.gone, "a", "root")); // removed, not followed
     const { removed, failed } = await removeOrphanTempDirs("proctor-x.y-", parent);
     expect(failed).toEqual([]);
     expect(removed.map((p) => basename(p)).sort()).toEqual([names.gone, names.goneUnknownStart, names.pidReused].sort());
     expect((await readdir(parent)).sort()).toEqual([names.live, names.otherPrefix, names.otherForm, names.tooLong].sort());
+  });
+
+  // nodejs/node#51142: after this process stats a FIFO, require() stops resolving symlinks, so a
+  // pnpm dependency's own dependencies are looked up in the wrong node_modules. Channel dirs are
+  // full of FIFOs; removing one must not break the modules a process loads after it.
+  it("removing a dir of FIFOs leaves require() resolving symlinks", async () => {
+    const base = realpathSync(await root());
+    await mkdir(join(base, "store", "node_modules", "dep"), { recursive: true });
+    await writeFile(join(base, "store", "node_modules", "dep", "index.js"), 'module.exports = "the store\'s dep";');
+    await mkdir(join(base, "store", "pkg"));
+    await writeFile(join(base, "store", "pkg", "index.js"), 'module.exports = require("dep");');
+    await mkdir(join(base, "app", "node_modules"), { recursive: true });
+    await symlink(join("..", "..", "store", "pkg"), join(base, "app", "node_modules", "pkg"));
+    await writeFile(join(base, "app", "warm.js"), "module.exports = 1;");
+    const load = createRequire(join(base, "app", "entry.js"));
+    load("./warm.js"); // the loader now knows the path's directories
+    const orphan = join(base, `${ownedTempPrefix("proctor-fifo-", 4_194_002, "12345")}Fi5oQ1`);
+    await mkdir(orphan);
+    execFileSync("mkfifo", ["-m", "0600", ...["a", "b", "c"].map((name) => join(orphan, name))]);
+    expect(await removeOrphanTempDirs("proctor-fifo-", base)).toEqual({ removed: [orphan], failed: [] });
+    expect(load("pkg")).toBe("the store's dep");
   });
 });

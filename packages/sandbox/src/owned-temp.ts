@@ -1,4 +1,4 @@
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { mkdtemp, readdir, rmdir, unlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { processStartTime, sameProcessAlive } from "./process";
@@ -39,11 +39,42 @@ export async function removeOrphanTempDirs(prefix: string, parent: string = tmpd
     if (sameProcessAlive(Number(pid), start === "unknown" ? null : start)) continue;
     const path = join(parent, entry);
     try {
-      await rm(path, { recursive: true, force: true });
+      await removeTreeWithoutStat(path);
       removed.push(path);
     } catch (error) {
       failed.push({ path, error: (error as Error).message });
     }
   }
   return { removed, failed };
+}
+
+/**
+ * `rm -rf` in this process without a single stat call. Node's fs.realpathSync, which require()
+ * uses, reads the result of the process's last stat, and after a stat of a FIFO it stops
+ * resolving symlinks (nodejs/node#51142): a pnpm package then finds the wrong dependency
+ * versions. fs.rm stats every entry, and exec-channel dirs are full of FIFOs. Here, unlink
+ * tells a directory by refusing it (EISDIR on Linux, EPERM elsewhere).
+ */
+export async function removeTreeWithoutStat(path: string): Promise<void> {
+  try {
+    await unlink(path);
+    return;
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") return;
+    if (code !== "EISDIR" && code !== "EPERM") throw error;
+  }
+  let names: string[];
+  try {
+    names = await readdir(path);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw error;
+  }
+  await Promise.all(names.map((name) => removeTreeWithoutStat(join(path, name))));
+  try {
+    await rmdir(path);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+  }
 }
