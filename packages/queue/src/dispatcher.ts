@@ -1,8 +1,9 @@
-import { mkdir, rm } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { extractArchive } from "@proctor/archive";
 import type { DispatchContext, TrialDispatch } from "@proctor/engine";
+import { removeTreeWithoutStat } from "@proctor/sandbox";
 import { silentLogger, TrialResult, type EventBody, type Logger, type TaskSpec } from "@proctor/schema";
 import { Queue, QueueEvents } from "bullmq";
 import type { Redis } from "ioredis";
@@ -12,6 +13,7 @@ import { DispatchError } from "./errors";
 import { jobIdOf, keys, type RunContext, type TaskRecord, type TrialJob } from "./protocol";
 import { publishSpec } from "./specs";
 import { listWorkers } from "./registry";
+import { isTrialFileList, writeTrialFiles } from "./trial-files";
 
 export interface WaitingNotice {
   /** Trials handed to the queue and not finished. */
@@ -297,9 +299,10 @@ export class QueueDispatcher {
     try {
       const result = TrialResult.parse(JSON.parse(record.get("result")?.toString("utf8") ?? "null"));
       const trialDir = join(state.ctx.runDir, "trials", trialId);
-      await rm(trialDir, { recursive: true, force: true });
+      await removeTreeWithoutStat(trialDir);
       const artifact = record.get("artifact");
-      if (artifact && artifact.length > 0) await extractArchive(Readable.from([artifact]), trialDir);
+      if (artifact && isTrialFileList(artifact)) writeTrialFiles(artifact, trialDir);
+      else if (artifact && artifact.length > 0) await extractArchive(Readable.from([artifact]), trialDir);
       else await mkdir(trialDir, { recursive: true });
       pending.resolve(result);
     } catch (error) {

@@ -81,10 +81,10 @@ describe("a run through the queue", () => {
   });
 
   test("trial dirs arrive whole, small ones and ones past the small-artifact size or entry count alike", async () => {
-    // Three verifiers: a one-line log; a 3 MB log; 300 small files (tarred synchronously vs streamed).
+    // Three verifiers: a small log (a file list); a 3 MB log and 300 small files (tar.gz).
     const dir = join(root, "artifact-tasks");
     const scripts = {
-      small: "",
+      small: 'echo s > "$PROCTOR_LOGS_DIR/verifier/secret.txt"; chmod 600 "$PROCTOR_LOGS_DIR/verifier/secret.txt"',
       "big-log": 'yes proctor | head -c 3000000 > "$PROCTOR_LOGS_DIR/verifier/big.log"',
       "many-files": 'i=0; while [ $i -lt 300 ]; do echo "$i" > "$PROCTOR_LOGS_DIR/verifier/f$i.txt"; chmod 600 "$PROCTOR_LOGS_DIR/verifier/f$i.txt"; i=$((i+1)); done',
     };
@@ -108,6 +108,7 @@ describe("a run through the queue", () => {
         const trial = `${name}__1`;
         const tree = await treeOf(join(root, "runs", "art-queued", "trials", trial));
         expect(tree).toEqual(await treeOf(join(root, "runs", "art-local", "trials", trial)));
+        if (name === "small") expect(tree["logs/verifier/secret.txt"]).toMatch(/^file 100600 2 /); // sent as a file list
         if (name === "big-log") expect(tree["logs/verifier/big.log"]).toMatch(/^file 100644 3000000 /);
         if (name === "many-files") expect(tree["logs/verifier/f299.txt"]).toMatch(/^file 100600 4 /);
       }

@@ -1,11 +1,10 @@
 import { randomBytes } from "node:crypto";
-import { lstatSync, readdirSync, type Dirent } from "node:fs";
-import { mkdir, readdir, rmdir, unlink } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import { createAgent } from "@proctor/agents";
 import { RepoCache, runTrial, systemClock, type TrialEnvironment } from "@proctor/engine";
-import type { SandboxRuntime } from "@proctor/sandbox";
+import { removeTreeWithoutStat, type SandboxRuntime } from "@proctor/sandbox";
 import { silentLogger, type AgentSpec, type EventBody, type Logger, type TrialResult } from "@proctor/schema";
 import { UnrecoverableError, Worker, type Job } from "bullmq";
 import type { ChainableCommander } from "ioredis";
@@ -15,6 +14,7 @@ import { connect, KEY_PREFIX, parseQueueUrl, bullConnection, TRIAL_QUEUE, watchC
 import { SpecError } from "./errors";
 import { keys, RunContext, TaskRecord, TrialJob } from "./protocol";
 import { SpecCache } from "./specs";
+import { packTrialFiles } from "./trial-files";
 import { reapDeadWorkers, WORKER_LABELS, type ContainerApi } from "./reaper";
 import { beat, forget, queueBeat, type WorkerInfo } from "./registry";
 
@@ -59,13 +59,6 @@ const EVENT_FLUSH_MS = 50;
 const BEAT_COALESCE_MS = 250;
 /** Big artifacts (a trial's logs) are gzipped fast: they cross Redis once and are unpacked once. */
 const ARTIFACT_GZIP = { level: 1 };
-/**
- * A trial dir up to this size and entry count is tarred synchronously and not gzipped (~0.8 ms
- * of CPU for a trivial trial's instead of ~3 ms streamed); a bigger one streams, so it never
- * holds up the event loop (lock renewals, the other trials) for long.
- */
-const SMALL_ARTIFACT = { bytes: 1024 * 1024, entries: 256 };
-
 /** Runs trial jobs from the queue with the engine's own trial pipeline, and beats its heart in Redis. */
 export async function startWorker(options: QueueWorkerOptions): Promise<QueueWorkerHandle> {
   if (!Number.isInteger(options.concurrency) || options.concurrency < 1) throw new Error(`--concurrency must be a whole number >= 1, got ${options.concurrency}`);
@@ -218,7 +211,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
       return { trialId: data.trialId };
     } finally {
       if (running.delete(data.trialId)) beatSoon(); // ended without a result (retry, stop)
-      await removeTree(runDir).catch((error: unknown) => logger.warn("removing a trial's scratch dir failed", { dir: runDir, error: (error as Error).message }));
+      await removeTreeWithoutStat(runDir).catch((error: unknown) => logger.warn("removing a trial's scratch dir failed", { dir: runDir, error: (error as Error).message }));
     }
   };
 
@@ -290,43 +283,9 @@ function labelled(runtime: SandboxRuntime, labels: Record<string, string>): Sand
   };
 }
 
-/**
- * Removes `dir` and everything in it, links not followed: entry types come from readdir, so each
- * file costs one unlink and each directory one readdir and one rmdir (fs.rm's recursive walk
- * lstats every entry and tries rmdir on files first, ~2x the calls for a trial's small tree).
- */
-async function removeTree(dir: string): Promise<void> {
-  let entries: Dirent[];
-  try {
-    entries = await readdir(dir, { withFileTypes: true });
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
-    throw error;
-  }
-  await Promise.all(entries.map((entry) => (entry.isDirectory() ? removeTree(join(dir, entry.name)) : unlink(join(dir, entry.name)))));
-  await rmdir(dir);
-}
-
-/** The trial dir as a tar (small: built synchronously, plain) or a tar.gz (big: streamed). */
+/** The trial dir as a file list (small; see trial-files.ts) or a tar.gz (big, or with links: streamed, so it never holds up the event loop). */
 async function packTrialDir(dir: string): Promise<Buffer> {
-  if (isSmall(dir, { ...SMALL_ARTIFACT })) {
-    const chunks: Buffer[] = [];
-    tar.c({ cwd: dir, portable: true, sync: true }, ["."]).on("data", (chunk: Buffer) => chunks.push(chunk));
-    return Buffer.concat(chunks);
-  }
-  return collect(tar.c({ cwd: dir, gzip: ARTIFACT_GZIP, portable: true }, ["."]));
-}
-
-/** Whether `dir` holds at most `budget.bytes` in at most `budget.entries` entries (links not followed; stops early). */
-function isSmall(dir: string, budget: { bytes: number; entries: number }): boolean {
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    if (--budget.entries < 0) return false;
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) {
-      if (!isSmall(path, budget)) return false;
-    } else if (entry.isFile() && (budget.bytes -= lstatSync(path).size) < 0) return false;
-  }
-  return true;
+  return packTrialFiles(dir) ?? collect(tar.c({ cwd: dir, gzip: ARTIFACT_GZIP, portable: true }, ["."]));
 }
 
 async function collect(stream: AsyncIterable<Buffer | string>): Promise<Buffer> {
