@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, describe, expect, it, onTestFinished } from "vitest";
 import { LocalRuntime } from "./local";
 import { SlotGoneError, SlotPathError, SlotPool, SlotPoolExhaustedError, type SlotPoolOptions } from "./slots";
 
@@ -91,6 +91,20 @@ describe("SlotPool (local runtime)", () => {
     expect((await next.exec(["git", "rev-parse", "HEAD"])).stdout.trim()).toBe(commit);
     expect((await next.exec(["cat", "file.txt"])).stdout).toBe("base\n");
     expect((await next.exec({ shell: "git status --porcelain --ignored; ls -A" })).stdout).toBe(".git\n.gitignore\nfile.txt\n");
+  });
+
+  it("checks out worktrees for many slots of one sandbox at once (git does not lock its worktree list)", async () => {
+    const repo = mkdtempSync(join(tmpdir(), "proctor-slots-many-"));
+    onTestFinished(() => rmSync(repo, { recursive: true, force: true }));
+    execFileSync("sh", ["-c", `cd "${repo}" && git init -q && echo base > file.txt && git add -A && git -c user.email=t@t -c user.name=t commit -qm base`]);
+    const commit = execFileSync("git", ["-C", repo, "rev-parse", "HEAD"]).toString().trim();
+    for (let round = 0; round < 4; round++) {
+      const p = pool({ slotsPerSandbox: 8, maxSandboxes: 1 });
+      const slots = await Promise.all(Array.from({ length: 8 }, () => p.acquire({ key: "many", repo: { path: repo, commit } })));
+      expect(new Set(slots.map((slot) => slot.sandboxId)).size).toBe(1);
+      for (const slot of slots) expect((await slot.exec(["git", "rev-parse", "HEAD"])).stdout.trim()).toBe(commit);
+      await p.close();
+    }
   });
 
   it("quarantines and replaces a sandbox whose reset cannot be confirmed", async () => {

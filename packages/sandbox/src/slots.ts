@@ -105,6 +105,12 @@ interface Member {
   prepared: (string | null)[];
   /** No new slots: quarantined, or a slot was released without reset; killed once its slots are free. */
   retiring: boolean;
+  /**
+   * The sandbox's worktree adds, removes and prunes, one after another: git does not lock a
+   * repo's worktree list, and an add or prune beside another slot's add reads that add's
+   * half-written entry ("failed to read .git/worktrees/1/commondir").
+   */
+  worktreeChanges: Promise<void>;
 }
 
 interface Waiter {
@@ -471,6 +477,7 @@ export class SlotPool {
               keys: new Set(),
               repos: new Map(),
               retiring: false,
+              worktreeChanges: Promise.resolve(),
             });
             this.dispatch();
           },
@@ -518,7 +525,9 @@ export class SlotPool {
 if [ -e "$dir/.git" ]; then git -C "$dir" checkout -q --detach "$commit" 2>/dev/null || { git -C "$cache" worktree remove --force "$dir"; rm -rf "$dir"; }; fi
 if [ ! -e "$dir/.git" ]; then rm -rf "$dir"; git -C "$cache" worktree prune; git -C "$cache" worktree add -q --detach "$dir" "$commit" || exit 1; fi
 echo ok`;
-    await this.admin(member.sandbox, script, [cache, slotDir(slot.index), repo.commit], `checking out ${repo.commit} for the slot`);
+    const change = member.worktreeChanges.then(() => this.admin(member.sandbox, script, [cache, slotDir(slot.index), repo.commit], `checking out ${repo.commit} for the slot`));
+    member.worktreeChanges = change.catch(() => undefined); // the next change runs either way; this one's caller gets the error
+    await change;
     await this.admin(member.sandbox, RESET_SCRIPT, ["", slotDir(slot.index), repo.commit], "resetting the slot's worktree");
   }
 
