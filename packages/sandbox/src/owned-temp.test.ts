@@ -42,10 +42,17 @@ describe("temp dirs named after their process", () => {
     await mkdir(join(parent, names.gone, "a", "b"), { recursive: true });
     await writeFile(join(parent, names.gone, "a", "b", "file"), "x");
     await symlink("/", join(parent, names.gone, "a", "root")); // removed, not followed
+    // Not directories: a link planted under a dead process's name (not followed), a FIFO.
+    const victim = await root();
+    await writeFile(join(victim, "keep"), "x");
+    const planted = { link: `${ownedTempPrefix("proctor-x.y-", 4_194_003, "1")}Li7nK0`, fifo: `${ownedTempPrefix("proctor-x.y-", 4_194_004, "1")}Fi8fO0` };
+    await symlink(victim, join(parent, planted.link));
+    execFileSync("mkfifo", [join(parent, planted.fifo)]);
     const { removed, failed } = await removeOrphanTempDirs("proctor-x.y-", parent);
     expect(failed).toEqual([]);
     expect(removed.map((p) => basename(p)).sort()).toEqual([names.gone, names.goneUnknownStart, names.pidReused].sort());
-    expect((await readdir(parent)).sort()).toEqual([names.live, names.otherPrefix, names.otherForm, names.tooLong].sort());
+    expect((await readdir(parent)).sort()).toEqual([names.live, names.otherPrefix, names.otherForm, names.tooLong, planted.link, planted.fifo].sort());
+    expect(await readdir(victim)).toEqual(["keep"]);
   });
 
   // nodejs/node#51142: after this process stats a FIFO, require() stops resolving symlinks, so a

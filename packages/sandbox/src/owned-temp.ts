@@ -1,4 +1,5 @@
-import { mkdtemp, readdir, rmdir, unlink } from "node:fs/promises";
+import type { Dirent } from "node:fs";
+import { lstat, mkdtemp, readdir, rmdir, unlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { processStartTime, sameProcessAlive } from "./process";
@@ -24,24 +25,29 @@ export async function makeOwnedTempDir(prefix: string, parent: string = tmpdir()
 }
 
 /**
- * Removes the `prefix` temp directories in `parent` whose process is gone; a live process's, and
- * names in any other form, are left alone. One that cannot be removed (another user's, in a
- * shared /tmp) is listed in `failed` and the rest still go.
+ * Removes the `prefix` temp directories in `parent` whose process is gone. A live process's,
+ * names in any other form, and entries that are not directories of this user (another user's
+ * in a shared /tmp, or a link planted under one of our names) are left alone. One that cannot be
+ * removed is listed in `failed` and the rest still go.
  */
 export async function removeOrphanTempDirs(prefix: string, parent: string = tmpdir()): Promise<{ removed: string[]; failed: { path: string; error: string }[] }> {
   const name = new RegExp(`^${prefix.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}(\\d+)-(\\d+|unknown)-[A-Za-z0-9]{6}$`);
   const removed: string[] = [];
   const failed: { path: string; error: string }[] = [];
-  for (const entry of await readdir(parent)) {
-    const match = name.exec(entry);
-    if (!match) continue;
+  const uid = process.getuid?.();
+  for (const entry of await readdir(parent, { withFileTypes: true })) {
+    const match = name.exec(entry.name);
+    if (!match || !entry.isDirectory()) continue;
     const [, pid, start] = match as unknown as [string, string, string];
     if (sameProcessAlive(Number(pid), start === "unknown" ? null : start)) continue;
-    const path = join(parent, entry);
+    const path = join(parent, entry.name);
     try {
+      // A directory (readdir's type), so this lstat cannot be of a FIFO (see removeTreeWithoutStat).
+      if (uid !== undefined && (await lstat(path)).uid !== uid) continue;
       await removeTreeWithoutStat(path);
       removed.push(path);
     } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") continue;
       failed.push({ path, error: (error as Error).message });
     }
   }
@@ -49,11 +55,13 @@ export async function removeOrphanTempDirs(prefix: string, parent: string = tmpd
 }
 
 /**
- * `rm -rf` in this process without a single stat call. Node's fs.realpathSync, which require()
- * uses, reads the result of the process's last stat, and after a stat of a FIFO it stops
- * resolving symlinks (nodejs/node#51142): a pnpm package then finds the wrong dependency
- * versions. fs.rm stats every entry, and exec-channel dirs are full of FIFOs. Here, unlink
- * tells a directory by refusing it (EISDIR on Linux, EPERM elsewhere).
+ * `rm -rf` in this process without a stat of anything but directories. Node's fs.realpathSync,
+ * which require() uses, reads the result of the process's last stat, and after a stat of a FIFO
+ * it stops resolving symlinks (nodejs/node#51142): a pnpm package then finds the wrong
+ * dependency versions. fs.rm lstats every entry, and exec-channel dirs are full of FIFOs. Here
+ * `path` itself is unlinked first (a link is removed, never followed; unlink refuses a directory
+ * with EISDIR, or EPERM off Linux), and entries below it are told apart by readdir's types
+ * (Node falls back to an lstat only on file systems that do not report them).
  */
 export async function removeTreeWithoutStat(path: string): Promise<void> {
   try {
@@ -64,17 +72,21 @@ export async function removeTreeWithoutStat(path: string): Promise<void> {
     if (code === "ENOENT") return;
     if (code !== "EISDIR" && code !== "EPERM") throw error;
   }
-  let names: string[];
+  await removeDirectory(path);
+}
+
+async function removeDirectory(dir: string): Promise<void> {
+  let entries: Dirent[];
   try {
-    names = await readdir(path);
+    entries = await readdir(dir, { withFileTypes: true });
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
     throw error;
   }
-  await Promise.all(names.map((name) => removeTreeWithoutStat(join(path, name))));
-  try {
-    await rmdir(path);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
-  }
+  await Promise.all(entries.map((entry) => (entry.isDirectory() ? removeDirectory(join(dir, entry.name)) : unlink(join(dir, entry.name)).catch(ignoreMissing))));
+  await rmdir(dir).catch(ignoreMissing);
+}
+
+function ignoreMissing(error: NodeJS.ErrnoException): void {
+  if (error.code !== "ENOENT") throw error;
 }
