@@ -36,3 +36,27 @@ describe.skipIf(!run)("the OOM count of a running sandbox", () => {
     await sandbox.kill();
   });
 });
+
+describe.skipIf(!run)("the process listing of a running sandbox", () => {
+  const tracked = testContainers(docker, "listing");
+  const runtime = new DockerRuntime({ docker, warmPool: 0, lifetimeStepMs: 1000 });
+  afterAll(async () => {
+    await runtime.drain();
+    await tracked.cleanup();
+  });
+
+  it("follows the container through a killAll (a new init, so a new host pid)", async () => {
+    const sandbox = await runtime.create({ image: "proctor/base:bookworm", labels: tracked.labels });
+    const sleeps = async () => ((await sandbox.processes?.()) ?? []).map((p) => p.command).filter((command) => /^sleep 10\d\d$/.test(command));
+    expect(await sleeps()).toEqual([]);
+    await sandbox.exec({ shell: "setsid sleep 1001 >/dev/null 2>&1 &" });
+    expect(await sleeps()).toEqual(["sleep 1001"]);
+    const before = (await docker.getContainer(sandbox.id).inspect()).State.Pid;
+    await sandbox.killAll?.();
+    expect((await docker.getContainer(sandbox.id).inspect()).State.Pid).not.toBe(before);
+    expect(await sleeps()).toEqual([]);
+    await sandbox.exec({ shell: "setsid sleep 1002 >/dev/null 2>&1 &" });
+    expect(await sleeps()).toEqual(["sleep 1002"]);
+    await sandbox.kill();
+  });
+});

@@ -41,6 +41,20 @@ import type { ExecChannel } from "./channel";
 const DEFAULT_MAX_READ_BYTES = 10 * 1024 * 1024;
 /** The channel's commands run as root: it serves images whose USER is root (or unset) only. */
 const ROOT_USER = /^(|0|root)(:(0|root))?$/;
+function runningInitPid(info: Dockerode.ContainerInspectInfo): number {
+  return info.State.Running && info.State.Pid > 0 ? info.State.Pid : 0;
+}
+
+/** The container's overlay2 layer dirs when this host can read them, else why not. */
+async function readableLayers(info: Dockerode.ContainerInspectInfo): Promise<OverlayLayers | string> {
+  const layers = overlayLayersOf(info.GraphDriver);
+  if (typeof layers === "string") return layers;
+  return access(layers.upper, constants.R_OK | constants.X_OK).then(
+    () => layers,
+    () => `${layers.upper} is not readable here (the daemon runs elsewhere, or this process is not root)`,
+  );
+}
+
 /**
  * The container's OOM kill count read from its memory cgroup on this host (its init's
  * /proc/<pid>/cgroup names it; the path must hold the container's id, so a reused pid is never
@@ -103,6 +117,12 @@ export class DockerSandbox implements Sandbox {
   private closed = false;
   private killHooks: (() => void)[] = [];
   private layers: Promise<OverlayLayers | string> | undefined;
+  /**
+   * The host pid of the container's init as of the last inspect that found it running (0: not
+   * known). Host-side reads check the pid's cgroup names this container, so one that has since
+   * stopped or restarted only costs a fresh inspect; it saves an inspect per listing otherwise.
+   */
+  private initPid = 0;
 
   constructor(
     private readonly container: Dockerode.Container,
@@ -374,6 +394,7 @@ export class DockerSandbox implements Sandbox {
    */
   async killAll(): Promise<void> {
     this.assertOpen("killAll");
+    this.initPid = 0; // a new init after the restart
     try {
       // Stop (SIGKILL, waits for the exit), then start attached: an attach made before a restart
       // would end with the stop and miss the new READY line.
@@ -415,13 +436,9 @@ export class DockerSandbox implements Sandbox {
   /** The container's overlay2 layer dirs when this host can read them, else why not (asked once). */
   private overlayLayers(): Promise<OverlayLayers | string> {
     this.layers ??= this.container.inspect().then(
-      async (info) => {
-        const layers = overlayLayersOf(info.GraphDriver);
-        if (typeof layers === "string") return layers;
-        return access(layers.upper, constants.R_OK | constants.X_OK).then(
-          () => layers,
-          () => `${layers.upper} is not readable here (the daemon runs elsewhere, or this process is not root)`,
-        );
+      (info) => {
+        this.initPid = runningInitPid(info);
+        return readableLayers(info);
       },
       (error: unknown) => {
         this.layers = undefined; // ask again next time
@@ -429,6 +446,12 @@ export class DockerSandbox implements Sandbox {
       },
     );
     return this.layers;
+  }
+
+  /** Keeps what an inspect tells that later calls would inspect again for: the init's pid, the overlay layers. */
+  private learn(info: Dockerode.ContainerInspectInfo): void {
+    this.initPid = runningInitPid(info);
+    this.layers ??= readableLayers(info);
   }
 
   async diskUsageBytes(): Promise<number> {
@@ -442,10 +465,15 @@ export class DockerSandbox implements Sandbox {
   }
 
   async outOfMemoryKills(): Promise<number> {
+    if (this.initPid > 0 && !this.closed) {
+      const known = await oomKillsOnHost(this.initPid, this.id);
+      if (known !== null) return known;
+    }
     const info = await this.container.inspect().catch((error: unknown) => {
       if (statusCode(error) === 404) return null;
       throw this.failure("inspecting the container", error);
     });
+    if (info) this.learn(info);
     if (!info?.State.Running || this.closed) return info?.State.OOMKilled ? 1 : 0;
     const fromHost = await oomKillsOnHost(info.State.Pid, info.Id);
     if (fromHost !== null) return fromHost;
@@ -456,9 +484,14 @@ export class DockerSandbox implements Sandbox {
   }
 
   async processes(): Promise<SandboxProcess[]> {
+    if (this.initPid > 0) {
+      const known = await listProcessesOnHost(this.initPid, this.id);
+      if (known !== null) return parseProcessListing(known, this.keepAlivePid);
+    }
     const info = await this.container.inspect().catch((error: unknown) => {
       throw this.failure("inspecting the container", error);
     });
+    this.learn(info);
     const fromHost = info.State.Running ? await listProcessesOnHost(info.State.Pid, info.Id) : null;
     if (fromHost !== null) return parseProcessListing(fromHost, this.keepAlivePid);
     const result = await this.exec([TRUSTED_BUSYBOX, "sh", "-c", LIST_PROCESSES_SCRIPT], { user: "0", timeoutMs: 30_000, maxOutputBytes: 4 * 1024 * 1024 });
@@ -571,6 +604,7 @@ export class DockerSandbox implements Sandbox {
     if (this.closed) return false;
     try {
       const info = await this.container.inspect();
+      this.learn(info);
       return info.State.Running === true;
     } catch (error) {
       if ((error as { statusCode?: number }).statusCode === 404) return false;
