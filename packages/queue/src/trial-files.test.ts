@@ -3,7 +3,7 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSyn
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
-import { isTrialFileList, packTrialFiles, SMALL_TRIAL_DIR, writeTrialFiles } from "./trial-files";
+import { isTrialFileList, packTrialFiles, removeSmallTreeSync, SMALL_TRIAL_DIR, writeTrialFiles } from "./trial-files";
 
 const root = mkdtempSync(join(tmpdir(), "proctor-trial-files-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -91,5 +91,19 @@ describe("trial file lists", () => {
     const dest = fresh();
     mkdirSync(dest);
     expect(() => writeTrialFiles(list({ dirs: [], files: [] }), dest)).toThrow(/EEXIST/);
+  });
+
+  test("a small scratch tree is removed whole; links in it are removed, not followed", () => {
+    const victim = fresh();
+    mkdirSync(victim);
+    writeFileSync(join(victim, "keep"), "x");
+    const dir = fresh();
+    mkdirSync(join(dir, "trials", "t__1", "logs"), { recursive: true });
+    writeFileSync(join(dir, "trials", "t__1", "result.json"), "{}");
+    symlinkSync(victim, join(dir, "trials", "t__1", "logs", "link"));
+    execFileSync("mkfifo", [join(dir, "trials", "pipe")]);
+    removeSmallTreeSync(dir);
+    expect(existsSync(dir)).toBe(false);
+    expect(readdirSync(victim)).toEqual(["keep"]);
   });
 });

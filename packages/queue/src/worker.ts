@@ -14,7 +14,7 @@ import { connect, KEY_PREFIX, parseQueueUrl, bullConnection, TRIAL_QUEUE, watchC
 import { SpecError } from "./errors";
 import { keys, RunContext, TaskRecord, TrialJob } from "./protocol";
 import { SpecCache } from "./specs";
-import { packTrialFiles } from "./trial-files";
+import { packTrialFiles, removeSmallTreeSync } from "./trial-files";
 import { reapDeadWorkers, WORKER_LABELS, type ContainerApi } from "./reaper";
 import { beat, forget, queueBeat, type WorkerInfo } from "./registry";
 
@@ -161,6 +161,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
     beatSoon();
     const runDir = join(options.workDir, "runs", `${data.runId}-${job.attemptsMade}-${randomBytes(3).toString("hex")}`);
     const emit = emitFor(data.runId);
+    let small = false; // the trial dir went as a file list: its scratch dir is small
     try {
       const root = await cache.materialize(record.bundle);
       const task = localizeTask(record.task, root);
@@ -195,7 +196,9 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
       const final: TrialResult = { ...result, retries: job.attemptsMade };
       const trialDir = join(runDir, "trials", data.trialId);
       await mkdir(trialDir, { recursive: true });
-      const artifact = await packTrialDir(trialDir);
+      const files = packTrialFiles(trialDir);
+      small = files !== null;
+      const artifact = files ?? (await collect(tar.c({ cwd: trialDir, gzip: ARTIFACT_GZIP, portable: true }, ["."])));
       // The events gathered so far, then the result, in one round trip (the dispatcher reads events first).
       const pipeline = takeEvents(redis.pipeline());
       pipeline.xadd(keys.results(prefix, data.runId), "*", "trialId", data.trialId, "result", JSON.stringify(final), "artifact", artifact);
@@ -211,7 +214,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
       return { trialId: data.trialId };
     } finally {
       if (running.delete(data.trialId)) beatSoon(); // ended without a result (retry, stop)
-      await removeTreeWithoutStat(runDir).catch((error: unknown) => logger.warn("removing a trial's scratch dir failed", { dir: runDir, error: (error as Error).message }));
+      await removeScratch(runDir, small, logger);
     }
   };
 
@@ -283,9 +286,17 @@ function labelled(runtime: SandboxRuntime, labels: Record<string, string>): Sand
   };
 }
 
-/** The trial dir as a file list (small; see trial-files.ts) or a tar.gz (big, or with links: streamed, so it never holds up the event loop). */
-async function packTrialDir(dir: string): Promise<Buffer> {
-  return packTrialFiles(dir) ?? collect(tar.c({ cwd: dir, gzip: ARTIFACT_GZIP, portable: true }, ["."]));
+/** Removes a trial's scratch dir: synchronously when its trial dir was small, else (or if that fails) through the thread pool. */
+async function removeScratch(dir: string, small: boolean, logger: Logger): Promise<void> {
+  if (small) {
+    try {
+      removeSmallTreeSync(dir);
+      return;
+    } catch {
+      // Something unexpected beside the trial dir: the walk below removes what is left, or says why not.
+    }
+  }
+  await removeTreeWithoutStat(dir).catch((error: unknown) => logger.warn("removing a trial's scratch dir failed", { dir, error: (error as Error).message }));
 }
 
 async function collect(stream: AsyncIterable<Buffer | string>): Promise<Buffer> {
