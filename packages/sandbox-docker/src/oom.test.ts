@@ -48,15 +48,21 @@ describe.skipIf(!run)("the process listing of a running sandbox", () => {
   it("follows the container through a killAll (a new init, so a new host pid)", async () => {
     const sandbox = await runtime.create({ image: "proctor/base:bookworm", labels: tracked.labels });
     const sleeps = async () => ((await sandbox.processes?.()) ?? []).map((p) => p.command).filter((command) => /^sleep 10\d\d$/.test(command));
+    // The exec returns once its shell has forked: the sleep may still be `setsid` for a moment.
+    const listed = async (expected: string[]) => {
+      const end = Date.now() + 10_000;
+      while (JSON.stringify(await sleeps()) !== JSON.stringify(expected) && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
+      return sleeps();
+    };
     expect(await sleeps()).toEqual([]);
     await sandbox.exec({ shell: "setsid sleep 1001 >/dev/null 2>&1 &" });
-    expect(await sleeps()).toEqual(["sleep 1001"]);
+    expect(await listed(["sleep 1001"])).toEqual(["sleep 1001"]);
     const before = (await docker.getContainer(sandbox.id).inspect()).State.Pid;
     await sandbox.killAll?.();
     expect((await docker.getContainer(sandbox.id).inspect()).State.Pid).not.toBe(before);
     expect(await sleeps()).toEqual([]);
     await sandbox.exec({ shell: "setsid sleep 1002 >/dev/null 2>&1 &" });
-    expect(await sleeps()).toEqual(["sleep 1002"]);
+    expect(await listed(["sleep 1002"])).toEqual(["sleep 1002"]);
     await sandbox.kill();
   });
 });
