@@ -34,9 +34,12 @@ export function packTrialFiles(dir: string): Buffer | null {
         dirs.push([path, permissions(join(dir, path))]);
         if (!walk(path)) return false;
       } else if (entry.isFile()) {
+        // The size first, so a large file is never read whole just to be turned down.
+        const stat = lstatSync(join(dir, path));
+        if (bytes + stat.size > SMALL_TRIAL_DIR.bytes) return false;
         const content = readFileSync(join(dir, path));
         if ((bytes += content.length) > SMALL_TRIAL_DIR.bytes) return false;
-        files.push([path, permissions(join(dir, path)), content.length]);
+        files.push([path, stat.mode & 0o777, content.length]);
         contents.push(content);
       } else return false;
     }
