@@ -2,6 +2,7 @@ import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { chmod, lstat, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
+import { createRequire } from "node:module";
 import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -274,6 +275,44 @@ describe("files", () => {
     expect((await s.readFile("/app/big.txt", { maxBytes: 100 }))?.length).toBe(100);
     await expect(s.readFile("/app")).rejects.toThrow(TransferError);
     await expect(s.writeFile("/../../etc/x", "no")).rejects.toThrow(/climbs above/);
+  });
+
+  // nodejs/node#51142: once this process stats a FIFO or socket into Node's shared stat buffer,
+  // require() stops resolving symlinks (a pnpm dependency's own dependencies are then looked up in
+  // the wrong node_modules). An agent's files must never do that to a long-lived server or worker.
+  it("an agent's FIFOs and sockets: readFile refuses them at once, download skips them, kill removes them; require() still resolves links", async () => {
+    const base = await mkdtemp(join(rootDir, "modules-"));
+    await mkdir(join(base, "store", "node_modules", "dep"), { recursive: true });
+    await writeFile(join(base, "store", "node_modules", "dep", "index.js"), 'module.exports = "the store\'s dep";');
+    await mkdir(join(base, "store", "pkg"));
+    await writeFile(join(base, "store", "pkg", "index.js"), 'module.exports = require("dep");');
+    await mkdir(join(base, "app", "node_modules"), { recursive: true });
+    await symlink(join("..", "..", "store", "pkg"), join(base, "app", "node_modules", "pkg"));
+    await writeFile(join(base, "app", "warm.js"), "module.exports = 1;");
+    const load = createRequire(join(base, "app", "entry.js"));
+    load("./warm.js"); // the loader now knows the path's directories
+    const resolvesLinks = () => {
+      const fresh = createRequire(join(base, "app", "entry.js"));
+      delete fresh.cache[fresh.resolve("pkg")];
+      return fresh("pkg") as string;
+    };
+
+    const s = await sandbox();
+    const made = await s.exec({
+      shell: 'v="$PROCTOR_VERIFIER_LOGS_DIR"; mkfifo "$v/reward.txt" pipe && python3 -c "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])" "$v/sock" && echo 1 > "$v/kept.txt"',
+    });
+    expect(made.exitCode, made.stderr).toBe(0);
+    await expect(s.readFile("/logs/verifier/reward.txt")).rejects.toThrow(/reward.txt is not a regular file/);
+    expect(resolvesLinks()).toBe("the store's dep");
+    const back = join(rootDir, `fifo-back-${Date.now()}`);
+    const report = await s.download("/logs/verifier", back);
+    expect(report).toMatchObject({ files: 1, truncated: false });
+    expect(report.skipped.map((path) => path.split("/").pop()).sort()).toEqual(["reward.txt", "sock"]);
+    expect(await readdir(back)).toEqual(["kept.txt"]);
+    expect(resolvesLinks()).toBe("the store's dep");
+    await s.kill();
+    expect(existsSync(s.root)).toBe(false);
+    expect(resolvesLinks()).toBe("the store's dep");
   });
 
   it("download of a missing source copies nothing", async () => {

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
-import { chmod, cp, lstat, mkdir, mkdtemp, open, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { constants } from "node:fs";
+import { chmod, cp, lstat, mkdir, mkdtemp, open, readdir, readFile, rename, stat, writeFile } from "node:fs/promises";
 import { tmpdir, userInfo } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { silentLogger, type Logger } from "@proctor/schema";
@@ -8,6 +9,7 @@ import { SandboxClosedError, SandboxError, SandboxStartError, TransferError } fr
 import { buildExecResult, exitCodeFromSignal, OutputCollector, DEFAULT_MAX_OUTPUT_BYTES } from "./output";
 import { checkedEntries, hostPathOf, META_DIR, normalizeSandboxPath, sandboxPathEnv } from "./paths";
 import { groupAlive, killGroup, killPids, pidsWithEnv, processStartTime, sameProcessAlive } from "./process";
+import { removeTreeWithoutStat } from "./owned-temp";
 import { LABELS, SANDBOX_PATHS } from "./types";
 import type { DownloadOptions, DownloadReport, ExecCommand, ExecOptions, ExecResult, ImageRequest, Sandbox, SandboxCreateOptions, SandboxRuntime } from "./types";
 
@@ -58,14 +60,34 @@ function errnoCode(error: unknown): string | undefined {
   return (error as NodeJS.ErrnoException | null)?.code;
 }
 
+/*
+ * Everything under a sandbox root is the agent's: it may hold FIFOs and sockets. A stat of one
+ * that fills Node's shared stat buffer makes this process's later require() and import() stop
+ * resolving symlinks (nodejs/node#51142, see removeTreeWithoutStat), so paths here are stat'ed
+ * with `bigint: true` (another buffer, which the resolver does not read) and the root is removed
+ * without stat calls.
+ */
+
 /** Remove a tree even when commands left directories without write permission. */
 async function removeTree(path: string): Promise<void> {
   try {
-    await rm(path, { recursive: true, force: true, maxRetries: 3, retryDelay: 50 });
+    await removeTreeRetrying(path);
   } catch (error) {
     if (errnoCode(error) !== "EACCES" && errnoCode(error) !== "EPERM") throw error;
     await makeWritable(path);
-    await rm(path, { recursive: true, force: true, maxRetries: 3, retryDelay: 50 });
+    await removeTreeRetrying(path);
+  }
+}
+
+/** A process that escaped the kill may still add files for a moment: retry a dir that refilled. */
+async function removeTreeRetrying(path: string): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await removeTreeWithoutStat(path);
+    } catch (error) {
+      if (errnoCode(error) !== "ENOTEMPTY" || attempt >= 3) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 50 * attempt));
+    }
   }
 }
 
@@ -331,7 +353,7 @@ export class LocalSandbox implements Sandbox {
       );
     }
     const cwd = options.cwd === undefined ? this.hostPath(this.workdir) : this.hostPath(options.cwd);
-    const cwdStat = await stat(cwd).catch(() => null);
+    const cwdStat = await stat(cwd, { bigint: true }).catch(() => null);
     if (!cwdStat?.isDirectory()) {
       throw new SandboxError(`exec: working directory ${options.cwd ?? this.workdir} does not exist in sandbox ${this.id}`);
     }
@@ -541,7 +563,7 @@ export class LocalSandbox implements Sandbox {
         await mkdir(dest, { recursive: true });
         await cp(hostPath, dest, { recursive: true, verbatimSymlinks: true, force: true, preserveTimestamps: true });
       } else {
-        const destStat = await stat(dest).catch(() => null);
+        const destStat = await stat(dest, { bigint: true }).catch(() => null);
         const target = destStat?.isDirectory() ? join(dest, basename(hostPath)) : dest;
         await mkdir(dirname(target), { recursive: true });
         await cp(hostPath, target, { verbatimSymlinks: true, force: true, preserveTimestamps: true });
@@ -574,16 +596,17 @@ export class LocalSandbox implements Sandbox {
     const source = this.hostPath(sandboxPath);
     let handle;
     try {
-      handle = await open(source, "r");
+      // Non-blocking, so a FIFO in place of the file cannot hang the open (it is refused below).
+      handle = await open(source, constants.O_RDONLY | constants.O_NONBLOCK);
     } catch (error) {
       if (errnoCode(error) === "ENOENT" || errnoCode(error) === "ENOTDIR") return null;
       throw new TransferError(`readFile: cannot open ${sandboxPath}: ${(error as Error).message}`, sandboxPath, { cause: error });
     }
     try {
-      const info = await handle.stat();
+      const info = await handle.stat({ bigint: true });
       if (!info.isFile()) throw new TransferError(`readFile: ${sandboxPath} is not a regular file`, sandboxPath);
       // Read one byte past the limit, so a file that grew after stat() is still caught.
-      const buffer = Buffer.alloc(Math.min(info.size, maxBytes) + 1);
+      const buffer = Buffer.alloc(Math.min(Number(info.size), maxBytes) + 1);
       let length = 0;
       while (length < buffer.length) {
         const { bytesRead } = await handle.read(buffer, length, buffer.length - length, length);
@@ -606,7 +629,7 @@ export class LocalSandbox implements Sandbox {
     this.ensureOpen("download");
     const source = this.hostPath(sandboxPath);
     const report: DownloadReport = { files: 0, bytes: 0, truncated: false, skipped: [] };
-    const info = await lstat(source).catch((error: unknown) => {
+    const info = await lstat(source, { bigint: true }).catch((error: unknown) => {
       if (errnoCode(error) === "ENOENT" || errnoCode(error) === "ENOTDIR") return null;
       throw new TransferError(`download: cannot read ${sandboxPath}: ${(error as Error).message}`, sandboxPath, { cause: error });
     });
@@ -619,7 +642,7 @@ export class LocalSandbox implements Sandbox {
       else if (entries === undefined) await copyBounded(source, hostDir, "", maxBytes, report);
       else {
         for (const name of entries) {
-          const exists = await lstat(join(source, name)).then(() => true, () => false);
+          const exists = await lstat(join(source, name), { bigint: true }).then(() => true, () => false);
           if (exists) await copyBounded(join(source, name), join(hostDir, name), name, maxBytes, report);
           if (report.truncated) break;
         }
@@ -660,7 +683,7 @@ const MAX_SKIPPED_LISTED = 100;
  * devices skipped) until `maxBytes` of file content went over; the file that crosses it is cut.
  */
 async function copyBounded(source: string, dest: string, rel: string, maxBytes: number, report: DownloadReport): Promise<void> {
-  const info = await lstat(source);
+  const info = await lstat(source, { bigint: true });
   if (report.truncated) return;
   if (info.isDirectory()) {
     await mkdir(dest, { recursive: true });
@@ -674,11 +697,13 @@ async function copyBounded(source: string, dest: string, rel: string, maxBytes: 
     if (report.skipped.length < MAX_SKIPPED_LISTED) report.skipped.push(source);
     return;
   }
+  const size = Number(info.size);
   const room = maxBytes - report.bytes;
-  const take = Math.min(info.size, Math.max(0, room));
-  const input = await open(source, "r");
+  const take = Math.min(size, Math.max(0, room));
+  // Swapped for a FIFO or a link since the lstat: the open neither blocks nor follows it.
+  const input = await open(source, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW);
   try {
-    const output = await open(dest, "w", info.mode & 0o777);
+    const output = await open(dest, "w", Number(info.mode) & 0o777);
     try {
       const buffer = Buffer.alloc(Math.min(1024 * 1024, Math.max(1, take)));
       let done = 0;
@@ -696,7 +721,7 @@ async function copyBounded(source: string, dest: string, rel: string, maxBytes: 
   }
   report.files++;
   report.bytes += take;
-  if (take < info.size) {
+  if (take < size) {
     report.truncated = true;
     report.cutAt = rel;
   }
