@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { close as closeCallback, constants, open as openCallback } from "node:fs";
+import { close as closeCallback, constants, open as openCallback, readdirSync, rmdirSync, unlinkSync } from "node:fs";
 import { unlink, writeFile } from "node:fs/promises";
 import { Socket } from "node:net";
 import { join } from "node:path";
@@ -138,6 +138,54 @@ function whenClosed(socket: Socket): Promise<void> {
   });
 }
 
+const FIFO_NAMES = ["ctl", "live", ...Array.from({ length: LANES }, (_, i) => [`o${i}`, `e${i}`, `w${i}`]).flat()];
+/**
+ * Channel directories are made this many at a time: Node has no mkfifo(3), and starting the
+ * mkfifo process costs this process ~15 ms of CPU (a fork of all of Node), its FIFOs microseconds.
+ */
+const CHANNEL_DIR_BATCH = 8;
+/** Directories made ahead and not handed out yet; removed when this process exits (the watchdog and `proctor gc` remove those of a killed one). */
+const spareDirs: string[] = [];
+let restocking: Promise<void> | null = null;
+let removingSparesOnExit = false;
+
+/** A fresh channel directory holding its FIFOs (`FIFO_NAMES`, mode 0600), for one sandbox only. */
+export async function takeChannelDir(): Promise<string> {
+  for (;;) {
+    const dir = spareDirs.pop();
+    if (dir !== undefined) return dir;
+    restocking ??= makeChannelDirs(CHANNEL_DIR_BATCH).finally(() => (restocking = null));
+    await restocking;
+  }
+}
+
+async function makeChannelDirs(count: number): Promise<void> {
+  const dirs = await Promise.all(Array.from({ length: count }, () => makeOwnedTempDir(CHANNEL_TEMP_PREFIX)));
+  try {
+    await execFileAsync("mkfifo", ["-m", "0600", ...dirs.flatMap((dir) => FIFO_NAMES.map((name) => join(dir, name)))]);
+  } catch (error) {
+    await Promise.all(dirs.map((dir) => removeTreeWithoutStat(dir)));
+    throw error;
+  }
+  if (!removingSparesOnExit) {
+    removingSparesOnExit = true;
+    process.once("exit", removeSpareDirsSync);
+  }
+  spareDirs.push(...dirs);
+}
+
+function removeSpareDirsSync(): void {
+  for (const dir of spareDirs.splice(0)) {
+    try {
+      // Without stat calls (see removeTreeWithoutStat): the dir holds only the FIFOs made here.
+      for (const name of readdirSync(dir)) unlinkSync(join(dir, name));
+      rmdirSync(dir);
+    } catch {
+      // Left for the watchdog or `proctor gc`: this process is exiting.
+    }
+  }
+}
+
 /**
  * The host side of one sandbox's exec channel. `create()` makes the directory and its FIFOs;
  * `arm()` opens the host's ends before the container (re)starts; `started(ok)` is told whether
@@ -165,14 +213,10 @@ export class ExecChannel {
 
   /** A channel directory with its FIFOs, or null (logged) when FIFOs cannot be made here. */
   static async create(logger: Logger, options: { startTimeoutMs?: number } = {}): Promise<ExecChannel | null> {
-    const dir = await makeOwnedTempDir(CHANNEL_TEMP_PREFIX);
-    const names = ["ctl", "live"];
-    for (let i = 0; i < LANES; i++) names.push(`o${i}`, `e${i}`, `w${i}`);
+    let dir: string;
     try {
-      // Node has no mkfifo(3); one process makes all of them.
-      await execFileAsync("mkfifo", ["-m", "0600", ...names.map((n) => join(dir, n))]);
+      dir = await takeChannelDir();
     } catch (error) {
-      await removeTreeWithoutStat(dir);
       logger.warn("the exec channel is off: mkfifo failed on this host; execs use docker exec", { error: error instanceof Error ? error.message : String(error) });
       return null;
     }
