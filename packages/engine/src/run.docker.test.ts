@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { readFile } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DockerRuntime, dockerTestGate } from "@proctor/sandbox-docker";
 import type { TaskSpec } from "@proctor/schema";
@@ -54,6 +54,13 @@ describe.skipIf(!haveDocker)("engine on Docker", () => {
   test("the oracle passes every example task and nop fails every one", async () => {
     const oracle = await run("oracle", { tasks: examples, agent: { kind: "oracle" } }).done;
     expect(oracle).toMatchObject({ status: "completed", trials: { total: 4, passed: 4, failed: 0, errored: 0 } });
+    // The logs come over from the halted containers: what each verifier wrote, as Proctor scored it.
+    const trials = join(root.path, "runs", `engine-test-oracle-${process.pid}`, "trials");
+    for (const trial of await readdir(trials)) {
+      const logs = (await readdir(join(trials, trial, "logs", "verifier"))).filter((name) => name.startsWith("reward."));
+      expect(logs, trial).not.toEqual([]);
+      for (const name of logs) expect(await readFile(join(trials, trial, "logs", "verifier", name), "utf8"), `${trial} ${name}`).toBe(await readFile(join(trials, trial, "verifier", name), "utf8"));
+    }
     const nop = await run("nop", { tasks: examples, agent: { kind: "nop" } }).done;
     expect(nop).toMatchObject({ status: "completed", trials: { total: 4, passed: 0, failed: 4, errored: 0 } });
     expect(containersOf(`engine-test-oracle-${process.pid}`)).toEqual([]);

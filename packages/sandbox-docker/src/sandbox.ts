@@ -10,6 +10,7 @@ import { packDirectory, packFiles } from "@proctor/archive";
 import {
   OutputCollector,
   checkedEntries,
+  copyTreeBounded,
   RuntimeUnavailableError,
   SandboxClosedError,
   SandboxStoppedError,
@@ -34,6 +35,7 @@ import { MAX_SKIPPED_LISTED, extractBounded } from "./extract-bounded";
 import { containerCgroupDir, LIST_PROCESSES_SCRIPT, listProcessesOnHost, parseProcessListing } from "./processes";
 import { overlayLayersOf, readOverlayChanges, type OverlayLayers } from "./overlay-changes";
 import { startAndWaitReady } from "./ready";
+import { upperOnlyPath } from "./upper-read";
 import { DOCKER_CAPABILITIES } from "./capabilities";
 import { TRUSTED_BUSYBOX } from "./toolchain";
 import type { ExecChannel } from "./channel";
@@ -115,6 +117,8 @@ export class DockerSandbox implements Sandbox {
   keepAlivePid = 0;
   private killing: Promise<void> | undefined;
   private closed = false;
+  /** Set once halt() confirmed that every process is gone: the files no longer change. */
+  private halted = false;
   private killHooks: (() => void)[] = [];
   private layers: Promise<OverlayLayers | string> | undefined;
   /**
@@ -340,7 +344,13 @@ export class DockerSandbox implements Sandbox {
     // not the archive API (the daemon re-executes itself to chroot: ~65 ms of CPU per call).
     const entries = options.entries === undefined ? [] : checkedEntries(options.entries);
     if (options.entries !== undefined && entries.length === 0) return { files: 0, bytes: 0, truncated: false, skipped: [] };
-    const streamed = await this.tarThroughExec(source, entries);
+    if (this.halted) {
+      const fromUpper = await this.downloadFromUpper(source, entries, hostDir, maxBytes).catch((error: unknown) => {
+        throw new TransferError(`download ${source} -> ${hostDir} failed: ${daemonMessage(error)}`, source, { cause: error });
+      });
+      if (fromUpper) return fromUpper;
+    }
+    const streamed = this.halted ? "stopped" : await this.tarThroughExec(source, entries);
     if (streamed === "missing") return { files: 0, bytes: 0, truncated: false, skipped: [] };
     if (streamed !== "stopped") {
       await mkdir(hostDir, { recursive: true });
@@ -369,6 +379,30 @@ export class DockerSandbox implements Sandbox {
     } catch (error) {
       throw new TransferError(`download ${source} -> ${hostDir} failed: ${daemonMessage(error)}`, source, { cause: error });
     }
+  }
+
+  /**
+   * A halted container's `source` (or its `entries`, in order, sharing maxBytes) copied from its
+   * overlay upper dir on this host, with no process start and no daemon call; null when the upper
+   * dir alone cannot answer for all of them (see upperOnlyPath) and the daemon must.
+   */
+  private async downloadFromUpper(source: string, entries: string[], hostDir: string, maxBytes: number): Promise<DownloadReport | null> {
+    const layers = await this.overlayLayers();
+    if (typeof layers === "string") return null;
+    const names = entries.length > 0 ? entries : [""];
+    const found = await Promise.all(names.map((name) => upperOnlyPath(layers, name === "" ? source : posix.join(source, name))));
+    if (found.includes(null)) return null;
+    const report: DownloadReport = { files: 0, bytes: 0, truncated: false, skipped: [] };
+    for (const [i, name] of names.entries()) {
+      const at = found[i];
+      if (at === "missing" || at === null || at === undefined) continue;
+      await mkdir(hostDir, { recursive: true });
+      // A file lands in hostDir under its own name; a directory's contents in hostDir (or hostDir/<entry>).
+      if (!at.directory && name === "") await copyTreeBounded(at.hostPath, join(hostDir, posix.basename(source)), posix.basename(source), maxBytes, report);
+      else await copyTreeBounded(at.hostPath, name === "" ? hostDir : join(hostDir, name), name, maxBytes, report);
+      if (report.truncated) break;
+    }
+    return report;
   }
 
   /** A stopped container's entries of `source` one by one through the archive API, in order, sharing maxBytes. */
@@ -542,7 +576,30 @@ export class DockerSandbox implements Sandbox {
     return this.kill();
   }
 
+  /**
+   * Stops the container for good (SIGKILL, then the daemon's word that it is not running) and keeps
+   * it until kill(): download() then reads what only its upper dir holds (a trial's /logs) on this
+   * host, with no exec, and falls back to the archive API for the rest.
+   */
+  async halt(): Promise<void> {
+    this.assertOpen("halt");
+    try {
+      await this.container.kill({ signal: "SIGKILL" }).catch((error: unknown) => {
+        if (statusCode(error) !== 409) throw error; // 409: not running already
+      });
+      await this.container.wait({ condition: "not-running" });
+    } catch (error) {
+      throw this.failure("stopping the container", error);
+    }
+    this.initPid = 0;
+    this.halted = true;
+  }
+
   private async stop(): Promise<void> {
+    if (this.halted) {
+      this.background(this.remove());
+      return;
+    }
     try {
       await this.container.kill({ signal: "SIGKILL" });
     } catch (error) {
@@ -733,6 +790,7 @@ export class DockerSandbox implements Sandbox {
       kind = new Promise((resolve) => (found = resolve));
       // The kind comes first on stdout (stderr is another pipe: no order with it).
       let head: Buffer | null = Buffer.alloc(0);
+      let draining = false;
       const demux = new FrameDemuxer((which, chunk) => {
         if (which === "stderr") {
           stderr += chunk.toString("utf8");
@@ -749,9 +807,14 @@ export class DockerSandbox implements Sandbox {
           chunk = head.subarray(newline + 1);
           head = null;
         }
-        if (chunk.length > 0 && !archive.write(chunk)) {
+        // One stream chunk can hold many frames: wait for one drain, not one per frame.
+        if (chunk.length > 0 && !archive.write(chunk) && !draining) {
+          draining = true;
           stream.pause();
-          archive.once("drain", () => stream.resume());
+          archive.once("drain", () => {
+            draining = false;
+            stream.resume();
+          });
         }
       });
       stream.on("data", (chunk: Buffer) => demux.push(chunk));

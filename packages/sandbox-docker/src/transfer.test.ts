@@ -156,3 +156,74 @@ describe.skipIf(!run)("DockerSandbox file transfer", () => {
     expect(await readFile(join(single, "hello.txt"), "utf8")).toBe("hello");
   });
 });
+
+describe.skipIf(!run)("DockerSandbox halt", () => {
+  const tracked = testContainers(docker, "halt");
+  const runtime = new DockerRuntime({ docker });
+  let host: string;
+
+  beforeAll(async () => {
+    host = await mkdtemp(join(tmpdir(), "proctor-halt-"));
+  });
+  afterAll(async () => {
+    await runtime.drain();
+    await tracked.cleanup();
+    if (host) await rm(host, { recursive: true, force: true });
+  });
+
+  /** The container's daemon events from `since` (s, fractional) until now: exec_create, archive-path, ... */
+  const eventsSince = async (id: string, since: number): Promise<string[]> => {
+    const { execFile } = await import("node:child_process");
+    const { promisify } = await import("node:util");
+    const { stdout } = await promisify(execFile)("docker", ["events", "--since", since.toFixed(3), "--until", (Date.now() / 1000).toFixed(3), "--filter", `container=${id}`, "--format", "{{.Action}}"]);
+    return stdout.split("\n").filter(Boolean);
+  };
+  const tree = async (dir: string, rel = ""): Promise<string[]> => {
+    const out: string[] = [];
+    for (const entry of (await readdir(join(dir, rel), { withFileTypes: true })).sort((a, b) => a.name.localeCompare(b.name))) {
+      const path = rel ? `${rel}/${entry.name}` : entry.name;
+      const info = await lstat(join(dir, path));
+      if (entry.isDirectory()) out.push(`${path}/ ${(info.mode & 0o777).toString(8)}`, ...(await tree(dir, path)));
+      else out.push(`${path} ${(info.mode & 0o777).toString(8)} ${(await readFile(join(dir, path))).toString("base64").slice(0, 40)} ${info.size}`);
+    }
+    return out;
+  };
+
+  it("a halted sandbox's logs come from its upper dir: the tree a running download gives, with no exec and no archive call; the cut is the same", async () => {
+    const sandbox = await runtime.create({ image: BUSYBOX, labels: tracked.labels });
+    const made = await sandbox.exec({
+      shell: "mkdir -p /logs/verifier/sub && printf 1 > /logs/verifier/reward.txt && head -c 200000 /dev/urandom > /logs/agent/blob && chmod 600 /logs/agent/blob && ln -s /etc/passwd /logs/agent/link && mkfifo /logs/agent/fifo && : > /logs/verifier/sub/empty && echo x > /etc/added",
+    });
+    expect(made.exitCode, made.stderr).toBe(0);
+    const options = { entries: ["verifier", "agent"], maxBytes: 1_000_000 };
+    const running = await sandbox.download("/logs", join(host, "running"), options);
+    const runningCut = await sandbox.download("/logs", join(host, "running-cut"), { ...options, maxBytes: 100_001 });
+
+    expect(sandbox.halt).toBeDefined();
+    await sandbox.halt?.();
+    const since = Date.now() / 1000;
+    const halted = await sandbox.download("/logs", join(host, "halted"), options);
+    const haltedCut = await sandbox.download("/logs", join(host, "halted-cut"), { ...options, maxBytes: 100_001 });
+    expect(await eventsSince(sandbox.id, since)).toEqual([]);
+
+    const normal = (report: typeof running) => ({ ...report, skipped: report.skipped.map((name) => name.replace(/^\.\//, "")).sort() });
+    expect(normal(halted)).toEqual(normal(running));
+    expect(halted).toMatchObject({ files: 3, bytes: 200_001, truncated: false });
+    expect(normal(halted).skipped).toEqual(["agent/fifo", "agent/link"]);
+    expect(await tree(join(host, "halted"))).toEqual(await tree(join(host, "running")));
+    expect(normal(haltedCut)).toEqual(normal(runningCut));
+    expect(haltedCut).toMatchObject({ truncated: true, cutAt: "agent/blob", bytes: 100_001 });
+    expect(await tree(join(host, "halted-cut"))).toEqual(await tree(join(host, "running-cut")));
+
+    // /etc is the image's too: that goes through the daemon's archive API, merged view and all.
+    const etcSince = Date.now() / 1000;
+    await sandbox.download("/etc", join(host, "etc"));
+    expect(await eventsSince(sandbox.id, etcSince)).toContain("archive-path");
+    expect((await readdir(join(host, "etc"))).sort()).toEqual(expect.arrayContaining(["added", "passwd"]));
+
+    await expect(sandbox.exec(["true"])).rejects.toThrow();
+    await sandbox.kill();
+    await runtime.drain();
+    expect(await until(async () => (await docker.listContainers({ all: true, filters: { id: [sandbox.id] } })).length === 0, 10_000)).toBe(true);
+  });
+});

@@ -10,6 +10,7 @@ export type { LocalRuntimeOptions } from "./local";
 export { OutputCollector, buildExecResult, exitCodeFromSignal, DEFAULT_MAX_OUTPUT_BYTES } from "./output";
 export { checkedEntries, normalizeSandboxPath, hostPathOf, sandboxPathEnv } from "./paths";
 export { CappedFile } from "./capped-file";
+export { copyTreeBounded } from "./bounded-copy";
 export { ownedTempPrefix, makeOwnedTempDir, removeOrphanTempDirs, removeTreeWithoutStat } from "./owned-temp";
 export { SlotPool, Slot, SlotPoolExhaustedError, SlotGoneError, SlotPathError, SLOT_ENV } from "./slots";
 export type { SlotPoolOptions, SlotRequest, SlotRepo, SlotPoolStats, BatchItem } from "./slots";

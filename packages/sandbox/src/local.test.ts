@@ -227,7 +227,7 @@ describe("files", () => {
     expect((await stat(join(back, "private"))).mode & 0o777).toBe(0o600);
     expect(await lstat(join(back, "link")).catch(() => null)).toBeNull();
     expect(report).toMatchObject({ files: 3, truncated: false });
-    expect(report.skipped).toEqual([expect.stringMatching(/\/link$/)]);
+    expect(report.skipped).toEqual(["link"]);
     expect(await readdir(join(back, "empty"))).toEqual([]);
   });
 
@@ -307,7 +307,7 @@ describe("files", () => {
     const back = join(rootDir, `fifo-back-${Date.now()}`);
     const report = await s.download("/logs/verifier", back);
     expect(report).toMatchObject({ files: 1, truncated: false });
-    expect(report.skipped.map((path) => path.split("/").pop()).sort()).toEqual(["reward.txt", "sock"]);
+    expect(report.skipped.sort()).toEqual(["reward.txt", "sock"]);
     expect(await readdir(back)).toEqual(["kept.txt"]);
     expect(resolvesLinks()).toBe("the store's dep");
     await s.kill();

@@ -9,6 +9,7 @@ import { SandboxClosedError, SandboxError, SandboxStartError, TransferError } fr
 import { buildExecResult, exitCodeFromSignal, OutputCollector, DEFAULT_MAX_OUTPUT_BYTES } from "./output";
 import { checkedEntries, hostPathOf, META_DIR, normalizeSandboxPath, sandboxPathEnv } from "./paths";
 import { groupAlive, killGroup, killPids, pidsWithEnv, processStartTime, sameProcessAlive } from "./process";
+import { copyTreeBounded } from "./bounded-copy";
 import { removeTreeWithoutStat } from "./owned-temp";
 import { LABELS, SANDBOX_PATHS } from "./types";
 import type { DownloadOptions, DownloadReport, ExecCommand, ExecOptions, ExecResult, ImageRequest, Sandbox, SandboxCreateOptions, SandboxRuntime } from "./types";
@@ -638,12 +639,12 @@ export class LocalSandbox implements Sandbox {
     const entries = options.entries === undefined ? undefined : checkedEntries(options.entries);
     try {
       await mkdir(hostDir, { recursive: true });
-      if (!info.isDirectory()) await copyBounded(source, join(hostDir, basename(source)), basename(source), maxBytes, report);
-      else if (entries === undefined) await copyBounded(source, hostDir, "", maxBytes, report);
+      if (!info.isDirectory()) await copyTreeBounded(source, join(hostDir, basename(source)), basename(source), maxBytes, report);
+      else if (entries === undefined) await copyTreeBounded(source, hostDir, "", maxBytes, report);
       else {
         for (const name of entries) {
           const exists = await lstat(join(source, name), { bigint: true }).then(() => true, () => false);
-          if (exists) await copyBounded(join(source, name), join(hostDir, name), name, maxBytes, report);
+          if (exists) await copyTreeBounded(join(source, name), join(hostDir, name), name, maxBytes, report);
           if (report.truncated) break;
         }
       }
@@ -676,53 +677,3 @@ export class LocalSandbox implements Sandbox {
   }
 }
 
-const MAX_SKIPPED_LISTED = 100;
-
-/**
- * Copies regular files and directories from `source` to `dest` (never following links; FIFOs and
- * devices skipped) until `maxBytes` of file content went over; the file that crosses it is cut.
- */
-async function copyBounded(source: string, dest: string, rel: string, maxBytes: number, report: DownloadReport): Promise<void> {
-  const info = await lstat(source, { bigint: true });
-  if (report.truncated) return;
-  if (info.isDirectory()) {
-    await mkdir(dest, { recursive: true });
-    for (const name of (await readdir(source)).sort()) {
-      await copyBounded(join(source, name), join(dest, name), rel === "" ? name : `${rel}/${name}`, maxBytes, report);
-      if (report.truncated) return;
-    }
-    return;
-  }
-  if (!info.isFile()) {
-    if (report.skipped.length < MAX_SKIPPED_LISTED) report.skipped.push(source);
-    return;
-  }
-  const size = Number(info.size);
-  const room = maxBytes - report.bytes;
-  const take = Math.min(size, Math.max(0, room));
-  // Swapped for a FIFO or a link since the lstat: the open neither blocks nor follows it.
-  const input = await open(source, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW);
-  try {
-    const output = await open(dest, "w", Number(info.mode) & 0o777);
-    try {
-      const buffer = Buffer.alloc(Math.min(1024 * 1024, Math.max(1, take)));
-      let done = 0;
-      while (done < take) {
-        const { bytesRead } = await input.read(buffer, 0, Math.min(buffer.length, take - done), done);
-        if (bytesRead === 0) break;
-        await output.write(buffer, 0, bytesRead);
-        done += bytesRead;
-      }
-    } finally {
-      await output.close();
-    }
-  } finally {
-    await input.close();
-  }
-  report.files++;
-  report.bytes += take;
-  if (take < size) {
-    report.truncated = true;
-    report.cutAt = rel;
-  }
-}

@@ -204,6 +204,13 @@ export interface Sandbox extends AsyncDisposable {
   /** Kill everything and remove the sandbox. Safe to call twice and concurrently. */
   kill(): Promise<void>;
   /**
+   * End every process for good and keep the files for `download()` until kill(); nothing can run
+   * in the sandbox after this. A runtime that can read a halted sandbox's files without running
+   * anything in it (Docker on this host: the container's upper layer) implements it; the last
+   * downloads of a trial then cost no process start.
+   */
+  halt?(): Promise<void>;
+  /**
    * False once the sandbox has stopped by itself (its main process ended: an agent killed every
    * process, the OOM killer). Lets a caller tell the agent's sabotage from a runtime failure.
    */

@@ -237,11 +237,14 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
     await runAgent(inSandbox);
     // The verifier runs even after an agent timeout or failure: the work may be done.
     const read = await phase("verifier", () => verifyAttempt(inSandbox));
-    await collect(sandbox);
-    // After collect, so a process rewriting the reward in a loop has had time to show itself.
-    // Only a process that outlived the agent can rewrite the reward: check when one may exist.
+    // Only a process that outlived the agent can rewrite the reward: check when one may exist,
+    // after collect, so a process rewriting it in a loop has had time to show itself.
     const mayHaveSurvivors = !sandbox.capabilities.processes || (state.integrity?.survivors.length ?? 0) > 0;
-    if (read && mayHaveSurvivors) await checkRewardUnchanged(inSandbox, read);
+    if (read && mayHaveSurvivors) {
+      await collect(sandbox);
+      await checkRewardUnchanged(inSandbox, read);
+    }
+    // Otherwise the logs are collected below, from the halted sandbox.
     return state;
   } catch (error) {
     if (runSignal.aborted) throw runSignal.reason ?? error;
@@ -253,7 +256,14 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
     runSignal.removeEventListener("abort", onRunAbort);
     if (sandbox) {
       const box = sandbox;
-      if (!runSignal.aborted && !collected) await collect(box);
+      if (!runSignal.aborted && !collected) {
+        // Halted first where the runtime can: nothing runs while the logs are read, and reading
+        // them then needs no process in the sandbox (see Sandbox.halt).
+        if (box.halt) {
+          await box.halt().catch((error: unknown) => env.logger.warn("halting the sandbox before collecting its logs failed; collecting from it as it is", { trialId, sandbox: box.id, error: message(error) }));
+        }
+        await collect(box);
+      }
       await box.kill().catch((error: unknown) => env.logger.error("removing the sandbox failed", { trialId, sandbox: box.id, error: message(error) }));
     } else if (pending) {
       // The sandbox may still appear after we stopped waiting for it: remove it when it does.
