@@ -215,9 +215,17 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
   let pending: Promise<Sandbox> | null = null;
   let collected = false;
   // Collect has its own bound: logs are still worth having after the trial deadline passed.
-  const collect = (box: Sandbox): Promise<Collected | null> => {
+  // `halt`: halt the sandbox first where the runtime can (see Sandbox.halt): nothing runs while
+  // the logs are read, and reading them then needs no process in the sandbox.
+  const collect = (box: Sandbox, halt = false): Promise<Collected | null> => {
     collected = true;
-    return phase("collect", () => collectLogs(box, trialDir, env.limits), undefined, AbortSignal.timeout(HOUSEKEEPING_MS)).catch((error: unknown) => {
+    const run = async () => {
+      if (halt && box.halt) {
+        await box.halt().catch((error: unknown) => env.logger.warn("halting the sandbox before collecting its logs failed; collecting from it as it is", { trialId, sandbox: box.id, error: message(error) }));
+      }
+      return collectLogs(box, trialDir, env.limits);
+    };
+    return phase("collect", run, undefined, AbortSignal.timeout(HOUSEKEEPING_MS)).catch((error: unknown) => {
       // Logs are evidence, not the score: the trial keeps its result, the log says what is missing.
       env.logger.warn("collecting sandbox logs failed", { trialId, error: message(error) });
       return null;
@@ -256,14 +264,7 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
     runSignal.removeEventListener("abort", onRunAbort);
     if (sandbox) {
       const box = sandbox;
-      if (!runSignal.aborted && !collected) {
-        // Halted first where the runtime can: nothing runs while the logs are read, and reading
-        // them then needs no process in the sandbox (see Sandbox.halt).
-        if (box.halt) {
-          await box.halt().catch((error: unknown) => env.logger.warn("halting the sandbox before collecting its logs failed; collecting from it as it is", { trialId, sandbox: box.id, error: message(error) }));
-        }
-        await collect(box);
-      }
+      if (!runSignal.aborted && !collected) await collect(box, true);
       await box.kill().catch((error: unknown) => env.logger.error("removing the sandbox failed", { trialId, sandbox: box.id, error: message(error) }));
     } else if (pending) {
       // The sandbox may still appear after we stopped waiting for it: remove it when it does.
