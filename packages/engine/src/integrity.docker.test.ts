@@ -226,6 +226,11 @@ describe.skipIf(!haveDocker)("verification integrity on Docker (the agent is roo
     expect(result).toMatchObject({ status: "passed", reward: 1 });
     const huge = await stat(join(handle.runDir, "trials", "pytest-answer__1", "logs", "agent", "huge.log"));
     expect(huge.size).toBeLessThanOrEqual(5 * 1024 * 1024);
+    // Whoever reads the logs is told they are not whole.
+    expect(await readFile(join(handle.runDir, "trials", "pytest-answer__1", "logs", "agent.TRUNCATED"), "utf8")).toBe(
+      "/logs/agent went past the 5242880 byte cap on collected logs (limits.logBytes): /logs/agent/huge.log was cut and nothing after it copied\n",
+    );
+    await expect(stat(join(handle.runDir, "trials", "pytest-answer__1", "logs", "verifier.TRUNCATED"))).rejects.toThrow(/ENOENT/);
     expect(await readFile(join(handle.runDir, "trials", "pytest-answer__1", "verifier", "reward.txt"), "utf8")).toBe("1\n");
   });
 });

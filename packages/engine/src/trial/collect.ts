@@ -1,9 +1,9 @@
-import { rm } from "node:fs/promises";
+import { rm, writeFile } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { SANDBOX_PATHS, type Sandbox } from "@proctor/sandbox";
 import { DEFAULT_LOG_BYTES, type RunLimits } from "./context";
 
-/** What collect brought over, for result notes. */
+/** What collect could not bring over in full (each cut dir also gets a `<name>.TRUNCATED` note in logs/). */
 export interface Collected {
   truncated: string[];
   skipped: string[];
@@ -28,8 +28,12 @@ export async function collectLogs(sandbox: Sandbox, trialDir: string, limits: Ru
   const report = await sandbox.download(LOGS_ROOT, root, { maxBytes: limits.logBytes ?? DEFAULT_LOG_BYTES, entries: LOG_DIRS.map(([name]) => name) });
   // The dir the cut fell in and every one after it were not collected in full.
   const cutIn = report.truncated ? LOG_DIRS.findIndex(([name]) => report.cutAt === undefined || report.cutAt === name || report.cutAt.startsWith(`${name}/`)) : -1;
-  return {
-    truncated: cutIn < 0 ? [] : LOG_DIRS.slice(cutIn).map(([, from]) => from),
-    skipped: report.skipped,
-  };
+  const cut = cutIn < 0 ? [] : LOG_DIRS.slice(cutIn);
+  // Beside the copy, so whoever reads the logs sees that they are not whole.
+  const cap = limits.logBytes ?? DEFAULT_LOG_BYTES;
+  for (const [name, from] of cut) {
+    const where = report.cutAt?.startsWith(`${name}/`) ? `${LOGS_ROOT}/${report.cutAt} was cut and nothing after it copied` : "none of it was copied (the cap was spent before it)";
+    await writeFile(join(root, `${name}.TRUNCATED`), `${from} went past the ${cap} byte cap on collected logs (limits.logBytes): ${where}\n`);
+  }
+  return { truncated: cut.map(([, from]) => from), skipped: report.skipped };
 }

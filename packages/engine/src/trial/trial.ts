@@ -10,7 +10,7 @@ import { trialIdOf } from "../ids";
 import { runAgent } from "./agent";
 import { collectLogs, type Collected } from "./collect";
 import {
-  CHECKOUT_MS, HOUSEKEEPING_MS, SANDBOX_START_MS, message,
+  CHECKOUT_MS, DEFAULT_LOG_BYTES, HOUSEKEEPING_MS, SANDBOX_START_MS, message,
   type Attempt, type AttemptState, type Budgets, type SandboxAttempt, type TrialEnvironment,
 } from "./context";
 import { startSandbox } from "./environment";
@@ -223,7 +223,9 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
       if (halt && box.halt) {
         await box.halt().catch((error: unknown) => env.logger.warn("halting the sandbox before collecting its logs failed; collecting from it as it is", { trialId, sandbox: box.id, error: message(error) }));
       }
-      return collectLogs(box, trialDir, env.limits);
+      const report = await collectLogs(box, trialDir, env.limits);
+      if (report.truncated.length > 0) env.logger.warn("sandbox logs went past the log cap and were cut", { trialId, cut: report.truncated, logBytes: env.limits.logBytes ?? DEFAULT_LOG_BYTES });
+      return report;
     };
     return phase("collect", run, undefined, AbortSignal.timeout(HOUSEKEEPING_MS)).catch((error: unknown) => {
       // Logs are evidence, not the score: the trial keeps its result, the log says what is missing.
