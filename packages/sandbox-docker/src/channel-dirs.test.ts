@@ -31,11 +31,17 @@ describe("channel directories", () => {
   });
 
   it("a process's spare directories are removed when it exits", async () => {
-    const script = `import { takeChannelDir } from "./src/channel.ts"; const dir = await takeChannelDir(); console.log(process.pid);`;
-    const pid = execFileSync(process.execPath, ["--conditions=@proctor/source", "--import", "tsx", "--input-type=module", "-e", script], { cwd: join(import.meta.dirname, ".."), encoding: "utf8" }).trim();
-    const left = readdirSync(tmpdir()).filter((name) => name.startsWith(`proctor-channel-${pid}-`));
-    // The taken one is the caller's to close; the 7 spares went with the process.
-    expect(left).toHaveLength(1);
-    await Promise.all(left.map((name) => removeTreeWithoutStat(join(tmpdir(), name))));
+    // The child names the dirs it made: the one it took, and the spares it holds when it exits.
+    const script = `import { readdirSync } from "node:fs"; import { tmpdir } from "node:os"; import { basename } from "node:path"; import { takeChannelDir } from "./src/channel.ts";
+const taken = basename(await takeChannelDir());
+const mine = readdirSync(tmpdir()).filter((name) => name.startsWith("proctor-channel-" + process.pid + "-"));
+console.log(JSON.stringify({ taken, spares: mine.filter((name) => name !== taken) }));`;
+    const output = execFileSync(process.execPath, ["--conditions=@proctor/source", "--import", "tsx", "--input-type=module", "-e", script], { cwd: join(import.meta.dirname, ".."), encoding: "utf8" });
+    const { taken, spares } = JSON.parse(output) as { taken: string; spares: string[] };
+    expect(spares).toHaveLength(7);
+    const left = new Set(readdirSync(tmpdir()));
+    expect(spares.filter((name) => left.has(name))).toEqual([]);
+    // The taken one is the caller's to close (or an orphan sweep's, once the process is gone).
+    if (left.has(taken)) await removeTreeWithoutStat(join(tmpdir(), taken));
   });
 });
