@@ -143,7 +143,8 @@ async function walk(root: string): Promise<{ rel: string; stats: BigIntStats }[]
   return found;
 }
 
-async function lstatOrNull(path: string): Promise<BigIntStats | null> {
+/** lstat without following, bigint (the tree may hold an agent's FIFOs: see removeTreeWithoutStat); null when missing. */
+export async function lstatOrNull(path: string): Promise<BigIntStats | null> {
   try {
     return await lstat(path, { bigint: true });
   } catch (error) {

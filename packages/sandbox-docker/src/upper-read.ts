@@ -1,6 +1,6 @@
-import { lstat, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { posix } from "node:path";
-import type { OverlayLayers } from "./overlay-changes";
+import { lstatOrNull, type OverlayLayers } from "./overlay-changes";
 
 /**
  * Where a halted container's `path` lives on this host, when its overlay upper dir alone holds it
@@ -51,15 +51,4 @@ function overlayStandsAlone(): Promise<boolean> {
     ),
   ).then((off) => off.every(Boolean));
   return standsAlone;
-}
-
-/** bigint: the upper dir may hold an agent's FIFOs (see removeTreeWithoutStat in @proctor/sandbox). */
-async function lstatOrNull(path: string) {
-  try {
-    return await lstat(path, { bigint: true });
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    if (code === "ENOENT" || code === "ENOTDIR") return null;
-    throw error;
-  }
 }

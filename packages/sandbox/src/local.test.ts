@@ -1,12 +1,12 @@
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
+import { existsSync, realpathSync } from "node:fs";
 import { chmod, lstat, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
-import { createRequire } from "node:module";
 import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SandboxClosedError, SandboxError, TransferError } from "./errors";
+import { linkedModules } from "./fixtures/linked-modules";
 import { LocalRuntime, type LocalSandbox } from "./local";
 import type { Sandbox } from "./types";
 
@@ -281,21 +281,7 @@ describe("files", () => {
   // require() stops resolving symlinks (a pnpm dependency's own dependencies are then looked up in
   // the wrong node_modules). An agent's files must never do that to a long-lived server or worker.
   it("an agent's FIFOs and sockets: readFile refuses them at once, download skips them, kill removes them; require() still resolves links", async () => {
-    const base = await mkdtemp(join(rootDir, "modules-"));
-    await mkdir(join(base, "store", "node_modules", "dep"), { recursive: true });
-    await writeFile(join(base, "store", "node_modules", "dep", "index.js"), 'module.exports = "the store\'s dep";');
-    await mkdir(join(base, "store", "pkg"));
-    await writeFile(join(base, "store", "pkg", "index.js"), 'module.exports = require("dep");');
-    await mkdir(join(base, "app", "node_modules"), { recursive: true });
-    await symlink(join("..", "..", "store", "pkg"), join(base, "app", "node_modules", "pkg"));
-    await writeFile(join(base, "app", "warm.js"), "module.exports = 1;");
-    const load = createRequire(join(base, "app", "entry.js"));
-    load("./warm.js"); // the loader now knows the path's directories
-    const resolvesLinks = () => {
-      const fresh = createRequire(join(base, "app", "entry.js"));
-      delete fresh.cache[fresh.resolve("pkg")];
-      return fresh("pkg") as string;
-    };
+    const resolvesLinks = await linkedModules(realpathSync(await mkdtemp(join(rootDir, "modules-"))));
 
     const s = await sandbox();
     const made = await s.exec({

@@ -1,10 +1,10 @@
 import { execFileSync } from "node:child_process";
 import { existsSync, realpathSync } from "node:fs";
 import { mkdir, mkdtemp, readdir, rm, symlink, writeFile } from "node:fs/promises";
-import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import { linkedModules } from "./fixtures/linked-modules";
 import { makeOwnedTempDir, ownedTempPrefix, removeOrphanTempDirs } from "./owned-temp";
 import { processStartTime } from "./process";
 
@@ -60,19 +60,11 @@ describe("temp dirs named after their process", () => {
   // full of FIFOs; removing one must not break the modules a process loads after it.
   it("removing a dir of FIFOs leaves require() resolving symlinks", async () => {
     const base = realpathSync(await root());
-    await mkdir(join(base, "store", "node_modules", "dep"), { recursive: true });
-    await writeFile(join(base, "store", "node_modules", "dep", "index.js"), 'module.exports = "the store\'s dep";');
-    await mkdir(join(base, "store", "pkg"));
-    await writeFile(join(base, "store", "pkg", "index.js"), 'module.exports = require("dep");');
-    await mkdir(join(base, "app", "node_modules"), { recursive: true });
-    await symlink(join("..", "..", "store", "pkg"), join(base, "app", "node_modules", "pkg"));
-    await writeFile(join(base, "app", "warm.js"), "module.exports = 1;");
-    const load = createRequire(join(base, "app", "entry.js"));
-    load("./warm.js"); // the loader now knows the path's directories
+    const loadPkg = await linkedModules(base);
     const orphan = join(base, `${ownedTempPrefix("proctor-fifo-", 4_194_002, "12345")}Fi5oQ1`);
     await mkdir(orphan);
     execFileSync("mkfifo", ["-m", "0600", ...["a", "b", "c"].map((name) => join(orphan, name))]);
     expect(await removeOrphanTempDirs("proctor-fifo-", base)).toEqual({ removed: [orphan], failed: [] });
-    expect(load("pkg")).toBe("the store's dep");
+    expect(loadPkg()).toBe("the store's dep");
   });
 });
