@@ -20,9 +20,10 @@ import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { startRun } from "../../packages/engine/src/index";
 import { DirBundleStore, QueueDispatcher, QueueMonitor, remoteRuntime, startRedisServer } from "../../packages/queue/src/index";
-import { LOCAL_CAPABILITIES, LocalRuntime } from "../../packages/sandbox/src/index";
+import { LOCAL_CAPABILITIES } from "../../packages/sandbox/src/index";
 import { loadTasks } from "../../packages/tasks/src/index";
 import { reportFigure } from "../lib/figures";
+import { procCpuMs, procRssMb } from "./proc";
 
 const { values } = parseArgs({
   options: {
@@ -44,16 +45,6 @@ const perWorker = Number(values["per-worker"]);
 const parallel = workerCount * perWorker;
 const repo = resolve(import.meta.dirname, "../..");
 const load = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
-const TICK_MS = 10; // USER_HZ is 100 on Linux
-
-/** CPU ms a process used, its reaped children included (trial shells), from /proc/<pid>/stat. */
-function procCpuMs(pid: number | "self"): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  // After "(comm) ": state is field 0, utime 11, stime 12, cutime 13, cstime 14.
-  return [11, 12, 13, 14].reduce((sum, i) => sum + Number(fields[i]), 0) * TICK_MS;
-}
-
 /** Redis's own CPU ms (INFO cpu). */
 function redisCpuMs(port: number): number {
   const info = execFileSync("redis-cli", ["-p", String(port), "info", "cpu"], { encoding: "utf8" });
@@ -100,7 +91,6 @@ try {
   const loaded = await loadTasks([join(work, "tasks")]);
   if (loaded.errors.length > 0) throw new Error(loaded.errors.map((e) => e.message).join("; "));
   const tasks = loaded.tasks;
-  const runtime = new LocalRuntime({ rootDir: join(work, "sandboxes") });
   console.log(`queue: ${trials} trivial trials (${taskCount} tasks x ${attempts} attempts), local runtime, nop agent; ${workerCount} workers x ${perWorker} vs in-process -n ${parallel}`);
   console.log(`load average at start: ${load()}`);
 
@@ -153,19 +143,20 @@ try {
     throw new EnqueueOnly();
   }
 
-  // 2. In-process baseline. CPU counts this process and its trial shells (reaped children).
+  // 2. In-process baseline, in a fresh process like the workers (see child.ts). CPU counts
+  // that process and its trial shells (reaped children).
   let localMs = Number.NaN;
   let localCpu = Number.NaN;
   if (!values["queue-only"]) {
-    const localCpu0 = procCpuMs("self");
     mark("in-process-start");
-    const t1 = performance.now();
-    const local = await startRun({ runId: "local", runDir: join(work, "runs", "local"), tasks, agent: { kind: "nop" }, runtime, concurrency: parallel, attempts }).done;
-    localMs = performance.now() - t1;
+    const args = [join(work, "tasks"), join(work, "runs", "local"), join(work, "sandboxes"), String(parallel), String(attempts)];
+    const output = execFileSync(process.execPath, ["--conditions=@proctor/source", "--import", "tsx", join(import.meta.dirname, "child.ts"), ...args], { encoding: "utf8", maxBuffer: 16 * 1024 * 1024 });
     mark("in-process-end");
-    localCpu = procCpuMs("self") - localCpu0;
-    if (local.trials.passed !== trials) throw new Error(`in-process: expected ${trials} passed, got ${JSON.stringify(local.trials)}`);
-    console.log(`in-process -n ${parallel}: ${(localMs / 1000).toFixed(1)} s (${(localMs / trials).toFixed(2)} ms/trial wall), CPU ${(localCpu / trials).toFixed(2)} ms/trial; load ${load()}`);
+    const local = JSON.parse(output.trim().split("\n").at(-1) ?? "{}") as { ms: number; cpuMs: number; passed: number; rssAtStart: number; rssPeak: number };
+    if (local.passed !== trials) throw new Error(`in-process: expected ${trials} passed, got ${local.passed}`);
+    localMs = local.ms;
+    localCpu = local.cpuMs;
+    console.log(`in-process -n ${parallel} (a fresh process, RSS ${local.rssAtStart.toFixed(0)} MB at start, ${local.rssPeak.toFixed(0)} MB at peak): ${(localMs / 1000).toFixed(1)} s (${(localMs / trials).toFixed(2)} ms/trial wall), CPU ${(localCpu / trials).toFixed(2)} ms/trial; load ${load()}`);
   }
 
   // 3. Through the queue, workers already listening (their start-up CPU is not counted).
@@ -188,6 +179,7 @@ try {
   await dispatcher.close();
   await monitor.close();
   if (queued.trials.passed !== trials) throw new Error(`queue: expected ${trials} passed, got ${JSON.stringify(queued.trials)}`);
+  console.log(`  RSS at the end: dispatcher ${procRssMb("self").toFixed(0)} MB, workers ${workers.map((c) => `${procRssMb(c.pid as number).toFixed(0)} MB`).join(", ")}`);
   console.log(`queue, ${workerCount} workers x ${perWorker}: ${(queueMs / 1000).toFixed(1)} s (${(queueMs / trials).toFixed(2)} ms/trial wall, first result after ${ms((firstResult ?? t2) - t2)}); load ${load()}`);
   const perTrial = (cpu: number) => `${(cpu / trials).toFixed(2)} ms`;
   const queueCpu = queueSelf + queueWorkers + queueRedis;
