@@ -65,6 +65,23 @@ describe.skipIf(!haveDocker)("faults in the harness's own infrastructure", () =>
     await root?.cleanup();
   });
 
+  // A daemon shutting down still answers for a moment: a trial's halt() can succeed just before
+  // it goes, and the removal then finds no daemon (CI saw one container left behind this way).
+  test("sandboxes killed while their daemon is down, halted or not, are removed once it is back", async () => {
+    const docker = new Dockerode({ socketPath: daemon.socket });
+    const runtime = new DockerRuntime({ docker, warmPool: 0 });
+    const labels = { "proctor.run": "down-kill" };
+    const halted = await runtime.create({ image: BUSYBOX, labels });
+    const running = await runtime.create({ image: BUSYBOX, labels });
+    expect(halted.halt).toBeDefined();
+    await halted.halt?.();
+    await daemon.stop();
+    await Promise.all([halted.kill(), running.kill()]);
+    await daemon.start();
+    await runtime.drain();
+    expect(await docker.listContainers({ all: true, filters: { label: ["proctor.run=down-kill"] } })).toEqual([]);
+  });
+
   test("dockerd restarted mid-run: the trials it broke are retried as infra errors, the run completes, nothing is counted twice", async () => {
     const tests = join(root.path, "tests");
     await mkdir(tests, { recursive: true });

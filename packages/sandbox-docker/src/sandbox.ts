@@ -596,8 +596,9 @@ export class DockerSandbox implements Sandbox {
   }
 
   private async stop(): Promise<void> {
+    // A daemon shutting down (a restart) still answers for a moment: the removal may need it back.
     if (this.halted) {
-      this.background(this.remove());
+      this.background(this.removeWhenBack());
       return;
     }
     try {
@@ -617,7 +618,7 @@ export class DockerSandbox implements Sandbox {
         return;
       }
     }
-    this.background(this.remove());
+    this.background(this.removeWhenBack());
   }
 
   /** Retries the removal while the daemon does not answer, for up to DAEMON_RETURN_MS. */
