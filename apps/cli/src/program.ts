@@ -69,6 +69,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--default-image <image>", "image for tasks that name none (default on Docker: proctor/base:bookworm)")
     .option("--isolate-verifier", "no agent process may be alive when the verifier starts, for every task (default: each task decides)")
     .option("--no-isolate-verifier", "let agent processes live through verification, for every task (trusted agents; listed and flagged)")
+    .addOption(new Option("--grading <mode>", "where verifiers run: fresh (a new sandbox from the task's image with only the agent's outputs) or shared (the agent's own sandbox); default: each task's mode").choices(["fresh", "shared"]))
     .option("--model <name>", "--agent llm: the model to evaluate (required with --agent llm)")
     .option("--base-url <url>", "--agent llm: OpenAI-compatible base URL (default: $OPENAI_BASE_URL, else https://api.openai.com/v1)")
     .option("--api-key-env <var>", "--agent llm: NAME of the env var holding the API key (default OPENAI_API_KEY)")
@@ -110,6 +111,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
           image: o.image,
           envSetup: o.envSetup,
           isolateVerifier: o.isolateVerifier,
+          grading: o.grading,
           llm: {
             model: o.model,
             baseUrl: o.baseUrl,
@@ -210,6 +212,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--unsafe-local-runtime", "run uploads on the local runtime (host processes, no isolation): trusted uploads only", false)
     .option("--isolate-verifier", "no agent process may be alive when any verifier starts (default: each task decides; check tasks isolate)")
     .option("--no-isolate-verifier", "let agent processes live through verification for every task (needed with --unsafe-local-runtime for check tasks)")
+    .addOption(new Option("--grading <mode>", "where verifiers run: fresh (a new sandbox from the task's image with only the agent's outputs) or shared (the agent's own sandbox); default: each task's mode").choices(["fresh", "shared"]))
     .option("--admin-hotkeys <list>", "comma-separated SS58 hotkeys (or token:<id>) that see and cancel every batch (else $PROCTOR_ADMIN_HOTKEYS)")
     .option("--max-uploads <n>", "uploads in progress at once; more get 503", positiveInt("--max-uploads"), 8)
     .option("--max-uploads-per-key <n>", "uploads in progress at once per hotkey/token; more get 429", positiveInt("--max-uploads-per-key"), 2)
@@ -243,7 +246,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
           host: o.host, port: o.port, dataDir: o.dataDir, auth: o.auth, runtime: o.runtime, defaultImage: o.defaultImage,
           maxActiveBatches: o.maxActiveBatches, maxQueuedBatches: o.maxQueuedBatches, maxConcurrentTasks: o.maxConcurrentTasks,
           insecure: o.insecure, hotkeysFile: o.hotkeysFile, retentionDays: o.retentionDays, allowLocalRepos: o.allowLocalRepos, unsafeLocalRuntime: o.unsafeLocalRuntime,
-          isolateVerifier: o.isolateVerifier, adminHotkeys: o.adminHotkeys, maxUploads: o.maxUploads, maxUploadsPerKey: o.maxUploadsPerKey,
+          isolateVerifier: o.isolateVerifier, grading: o.grading, adminHotkeys: o.adminHotkeys, maxUploads: o.maxUploads, maxUploadsPerKey: o.maxUploadsPerKey,
           allowUndigestedUploads: o.allowUndigestedUploads, receiptKey: o.receiptKey,
           agentImageBuildTimeoutSec: o.agentImageBuildTimeout, agentImageMaxMb: o.agentImageMaxMb, agentImageBuildNetwork: o.agentImageBuildNetwork,
           ...(o.slots

@@ -44,6 +44,7 @@ export interface BatchesOptions {
   allowLocalRepos: boolean;
   /** Overrides every task's verifier isolation when set (`--isolate-verifier` / `--no-isolate-verifier`). */
   isolateVerifier?: boolean;
+  grading?: "fresh" | "shared";
   limits: RunLimits;
   /** Limits of an uploaded agent_image/'s build; default DEFAULT_AGENT_IMAGE_LIMITS. */
   agentImage?: Partial<AgentImageLimits>;
@@ -194,6 +195,7 @@ export class Batches {
       tasks: loaded.tasks,
       defaultImage: this.options.defaultImage,
       ...(this.options.isolateVerifier !== undefined ? { isolateVerifier: this.options.isolateVerifier } : {}),
+      ...(this.options.grading !== undefined ? { grading: this.options.grading } : {}),
       limits: this.options.limits,
       sources: [uploadDir],
     };

@@ -68,6 +68,8 @@ export interface StartServerOptions {
    * processes live through verification. Default: each task decides (check tasks isolate).
    */
   isolateVerifier?: boolean;
+  /** Where every batch's verifiers run (--grading); default: each task's mode. */
+  grading?: "fresh" | "shared";
   /** Resource limits for uploaded tasks; default UPLOAD_LIMITS. */
   limits?: RunLimits;
   /** Build limits of an uploaded agent_image/ (time, size, network); default DEFAULT_AGENT_IMAGE_LIMITS. */
@@ -224,6 +226,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     retentionDays: config.retentionDays,
     allowLocalRepos: options.allowLocalRepos ?? false,
     ...(options.isolateVerifier !== undefined ? { isolateVerifier: options.isolateVerifier } : {}),
+    ...(options.grading !== undefined ? { grading: options.grading } : {}),
     limits: options.limits ?? UPLOAD_LIMITS,
     ...(options.agentImage ? { agentImage: options.agentImage } : {}),
     receipts,

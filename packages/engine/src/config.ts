@@ -39,6 +39,7 @@ export async function buildRunConfig(input: {
   timeoutMultiplier: number;
   defaultImage: string | null;
   isolateVerifier: boolean | null;
+  grading?: "fresh" | "shared" | null;
   limits: Record<string, unknown> | null;
   dataset?: RunConfig["dataset"] | null;
   container?: RunConfig["container"] | null;
@@ -68,6 +69,7 @@ export async function buildRunConfig(input: {
     defaultImage: input.defaultImage,
     // Left out when not set, so runs made before these options existed keep their hash.
     ...(input.isolateVerifier !== null ? { isolateVerifier: input.isolateVerifier } : {}),
+    ...(input.grading ? { grading: input.grading } : {}),
     ...(input.limits !== null ? { limits: input.limits } : {}),
     ...(input.dataset && Object.keys(input.dataset).length > 0 ? { dataset: input.dataset } : {}),
     ...(input.container && Object.keys(input.container).length > 0 ? { container: input.container } : {}),

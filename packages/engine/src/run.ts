@@ -60,6 +60,12 @@ export interface RunOptions {
    * (`[verifier] isolate_processes`; term-executor check tasks isolate).
    */
   isolateVerifier?: boolean;
+  /**
+   * Where every trial's verifier runs: "fresh" (a new sandbox from the task's image with only the
+   * agent's outputs) or "shared" (the agent's own sandbox). Default: each task's mode
+   * (`[verifier] grading`, else what its kind implies; see the grading docs).
+   */
+  grading?: "fresh" | "shared";
   /** Resource limits: defaults for tasks that set none, maxima no task may exceed, log bytes per trial. */
   limits?: RunLimits;
   /** Container settings for every sandbox (`--container-config`); checked against the runtime before any trial starts. */
@@ -81,6 +87,7 @@ export interface DispatchContext {
   timeoutMultiplier: number;
   defaultImage: string | null;
   isolateVerifier: boolean | null;
+  grading: "fresh" | "shared" | null;
   limits: RunLimits;
   emit: (body: EventBody) => void;
   signal: AbortSignal;
@@ -180,6 +187,7 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     timeoutMultiplier: options.timeoutMultiplier,
     defaultImage: options.defaultImage ?? null,
     isolateVerifier: options.isolateVerifier ?? null,
+    grading: options.grading ?? null,
     limits: options.limits ? { ...options.limits } : null,
     dataset: options.dataset ?? null,
     container: options.container ?? null,
@@ -239,6 +247,7 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     retryBaseDelayMs: options.retryBaseDelayMs ?? 1000,
     limits,
     isolateVerifier: options.isolateVerifier ?? null,
+    grading: options.grading ?? null,
     ...(options.container ? { container: options.container } : {}),
     upcomingTrials: () => plan.length,
   };
@@ -309,6 +318,7 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
       timeoutMultiplier: options.timeoutMultiplier,
       defaultImage: options.defaultImage ?? null,
       isolateVerifier: options.isolateVerifier ?? null,
+      grading: options.grading ?? null,
       limits,
       emit: trialEnv.emit,
       signal,

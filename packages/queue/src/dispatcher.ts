@@ -172,6 +172,7 @@ export class QueueDispatcher {
       timeoutMultiplier: ctx.timeoutMultiplier,
       defaultImage: ctx.defaultImage,
       isolateVerifier: ctx.isolateVerifier,
+      grading: ctx.grading,
       limits: { ...ctx.limits },
     };
     await this.ready;

@@ -44,6 +44,7 @@ export const RunContext = z.object({
   timeoutMultiplier: z.number().positive(),
   defaultImage: z.string().nullable(),
   isolateVerifier: z.boolean().nullable(),
+  grading: z.enum(["fresh", "shared"]).nullable().default(null),
   limits: z.object({ defaults: Limits.optional(), max: Limits.optional(), logBytes: z.number().optional() }),
 });
 export type RunContext = z.infer<typeof RunContext>;

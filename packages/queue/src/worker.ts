@@ -185,6 +185,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
         retryBaseDelayMs: 0,
         limits: context.limits,
         isolateVerifier: context.isolateVerifier,
+        grading: context.grading,
       };
       const result = await runTrial(task, data.attempt, env, stop.signal);
       if (!result) throw new Error(`worker ${name} was stopped before trial ${data.trialId} finished`);

@@ -1,5 +1,5 @@
 import { createWriteStream } from "node:fs";
-import { mkdir } from "node:fs/promises";
+import { mkdir, symlink } from "node:fs/promises";
 import { join, posix } from "node:path";
 import type { Readable } from "node:stream";
 import * as tar from "tar";
@@ -9,12 +9,17 @@ import type { DownloadReport } from "@proctor/sandbox";
 export const MAX_SKIPPED_LISTED = 100;
 
 /**
- * Extracts a tar stream into `dest`, writing only regular files and directories (links, FIFOs,
- * devices and names that would leave `dest` are skipped and listed), and stops reading once
+ * Extracts a tar stream into `dest`, writing only regular files and directories (and, with
+ * `links`, symbolic links as links; otherwise links, FIFOs, devices and names that would leave
+ * `dest` are skipped and listed; an entry below a link this extraction made is skipped too, so
+ * nothing is written through one), and stops reading once
  * `maxBytes` of file content went over: the file that crosses the limit is cut and the archive
  * is destroyed, so a huge (or sparse) file costs at most `maxBytes` of reading.
  */
-export function extractBounded(archive: Readable, dest: string, options: { strip: number; maxBytes: number }): Promise<DownloadReport> {
+export function extractBounded(archive: Readable, dest: string, options: { strip: number; maxBytes: number; links?: boolean; exclude?: readonly string[] }): Promise<DownloadReport> {
+  const made = new Set<string>();
+  const excluded = new Set(options.exclude ?? []);
+  const throughLink = (rel: string[]) => rel.some((_, i) => made.has(rel.slice(0, i + 1).join("/")));
   const report: DownloadReport = { files: 0, bytes: 0, truncated: false, skipped: [] };
   return new Promise<DownloadReport>((resolve, reject) => {
     let settled = false;
@@ -33,8 +38,8 @@ export function extractBounded(archive: Readable, dest: string, options: { strip
       onReadEntry: (entry) => {
         const parts = posix.normalize(entry.path).split("/").filter((p) => p !== "" && p !== ".");
         const rel = parts.slice(options.strip);
-        const unsafe = parts.includes("..") || posix.isAbsolute(entry.path);
-        if (report.truncated || rel.length === 0 || unsafe) {
+        const unsafe = parts.includes("..") || posix.isAbsolute(entry.path) || throughLink(rel);
+        if (report.truncated || rel.length === 0 || unsafe || excluded.has(rel[0] as string)) {
           if (unsafe) skip(entry.path);
           entry.resume();
           return;
@@ -43,6 +48,13 @@ export function extractBounded(archive: Readable, dest: string, options: { strip
         if (entry.type === "Directory") {
           entry.resume();
           chain = chain.then(() => mkdir(target, { recursive: true }).then(() => undefined));
+          return;
+        }
+        if (entry.type === "SymbolicLink" && options.links && typeof entry.linkpath === "string") {
+          made.add(rel.join("/"));
+          entry.resume();
+          report.files++;
+          chain = chain.then(() => mkdir(join(target, ".."), { recursive: true }).then(() => symlink(entry.linkpath as string, target)));
           return;
         }
         if (entry.type !== "File" && entry.type !== "OldFile" && entry.type !== "ContiguousFile") {

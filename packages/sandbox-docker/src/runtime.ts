@@ -271,7 +271,8 @@ export class DockerRuntime implements SandboxRuntime {
     const toolchain = await this.toolchain(options.image);
     const spec = await this.containerSpec(options, imageInfo, toolchain);
     const trial = options.labels?.[LABELS.trial];
-    if (!this.pool.enabled) return this.start(spec, containerName(trial), spec.labels, signal);
+    // A sandbox sharing another's network namespace cannot be started before that one is named.
+    if (!this.pool.enabled || options.joinNetworkOf) return this.start(spec, containerName(trial), spec.labels, signal);
 
     // The image's id, not its name, so a rebuilt tag never hands out a container of the old image.
     const key = poolKey(imageInfo.Id, { ...options, lifetimeMs: roundLifetimeSec(options.lifetimeMs, this.lifetimeStepMs) });
@@ -320,7 +321,7 @@ export class DockerRuntime implements SandboxRuntime {
     ];
     const labels = { ...options.labels, [LABELS.managed]: "true", [LABELS.owner]: this.ownerId };
     const hostConfig: Dockerode.HostConfig = {
-      NetworkMode: options.network ? "bridge" : "none",
+      NetworkMode: options.joinNetworkOf ? `container:${options.joinNetworkOf}` : options.network ? "bridge" : "none",
       Privileged: false,
       SecurityOpt: ["no-new-privileges"],
       CapDrop: [...DROPPED_CAPABILITIES],

@@ -85,7 +85,14 @@ export async function oomKillsOnHost(pid: number, id: string): Promise<number | 
 const TAR_SCRIPT = `b="$1"; p="$2"; shift 2
 if [ -d "$p" ] && [ ! -L "$p" ]; then
   cd "$p" || exit 1
-  if [ $# -gt 0 ]; then
+  if [ "$1" = --all-but ]; then
+    shift; x=" $* "; n=$#
+    for e in .[!.]* ..?* *; do
+      if { [ -e "./$e" ] || [ -L "./$e" ]; } && [ "\${x#* $e }" = "$x" ]; then set -- "$@" "./$e"; fi
+    done
+    shift $n
+    if [ $# -eq 0 ]; then echo MISSING; exit 0; fi
+  elif [ $# -gt 0 ]; then
     n=$#
     for e in "$@"; do if [ -e "./$e" ] || [ -L "./$e" ]; then set -- "$@" "./$e"; fi; done
     shift $n
@@ -345,22 +352,24 @@ export class DockerSandbox implements Sandbox {
     const entries = options.entries === undefined ? [] : checkedEntries(options.entries);
     if (options.entries !== undefined && entries.length === 0) return { files: 0, bytes: 0, truncated: false, skipped: [] };
     if (this.halted) {
-      const fromUpper = await this.downloadFromUpper(source, entries, hostDir, maxBytes).catch((error: unknown) => {
+      const fromUpper = await this.downloadFromUpper(source, entries, hostDir, maxBytes, options).catch((error: unknown) => {
         throw new TransferError(`download ${source} -> ${hostDir} failed: ${daemonMessage(error)}`, source, { cause: error });
       });
       if (fromUpper) return fromUpper;
     }
-    const streamed = this.halted ? "stopped" : await this.tarThroughExec(source, entries);
+    // Excluded top-level names (e.g. a repository's .git) are not even read: the tar is told the rest.
+    const exclude = entries.length === 0 && options.exclude && options.exclude.length > 0 ? ["--all-but", ...checkedEntries(options.exclude)] : [];
+    const streamed = this.halted ? "stopped" : await this.tarThroughExec(source, entries, exclude);
     if (streamed === "missing") return { files: 0, bytes: 0, truncated: false, skipped: [] };
     if (streamed !== "stopped") {
       await mkdir(hostDir, { recursive: true });
       try {
-        return await streamed.extract(hostDir, maxBytes);
+        return await streamed.extract(hostDir, maxBytes, options);
       } catch (error) {
         throw new TransferError(`download ${source} -> ${hostDir} failed: ${daemonMessage(error)}`, source, { cause: error });
       }
     }
-    if (entries.length > 0) return this.downloadEntries(source, entries, hostDir, maxBytes);
+    if (entries.length > 0) return this.downloadEntries(source, entries, hostDir, maxBytes, options);
     // One round trip: the archive response carries the source's stat in a header.
     const archive = await this.getArchive(source, "download");
     if (archive === null) return { files: 0, bytes: 0, truncated: false, skipped: [] };
@@ -375,7 +384,7 @@ export class DockerSandbox implements Sandbox {
     try {
       // The archive's top entry is the source itself: for a directory keep only its contents;
       // a file lands in hostDir under its own name.
-      return await extractBounded(archive as Readable, hostDir, { strip: kind === "directory" ? 1 : 0, maxBytes: options.maxBytes ?? Number.POSITIVE_INFINITY });
+      return await extractBounded(archive as Readable, hostDir, { strip: kind === "directory" ? 1 : 0, maxBytes: options.maxBytes ?? Number.POSITIVE_INFINITY, links: options.links === true, exclude: kind === "directory" ? (options.exclude ?? []) : [] });
     } catch (error) {
       throw new TransferError(`download ${source} -> ${hostDir} failed: ${daemonMessage(error)}`, source, { cause: error });
     }
@@ -386,7 +395,7 @@ export class DockerSandbox implements Sandbox {
    * overlay upper dir on this host, with no process start and no daemon call; null when the upper
    * dir alone cannot answer for all of them (see upperOnlyPath) and the daemon must.
    */
-  private async downloadFromUpper(source: string, entries: string[], hostDir: string, maxBytes: number): Promise<DownloadReport | null> {
+  private async downloadFromUpper(source: string, entries: string[], hostDir: string, maxBytes: number, options: DownloadOptions): Promise<DownloadReport | null> {
     const layers = await this.overlayLayers();
     if (typeof layers === "string") return null;
     const names = entries.length > 0 ? entries : [""];
@@ -398,18 +407,20 @@ export class DockerSandbox implements Sandbox {
       if (at === "missing" || at === null || at === undefined) continue;
       await mkdir(hostDir, { recursive: true });
       // A file lands in hostDir under its own name; a directory's contents in hostDir (or hostDir/<entry>).
-      if (!at.directory && name === "") await copyTreeBounded(at.hostPath, join(hostDir, posix.basename(source)), posix.basename(source), maxBytes, report);
-      else await copyTreeBounded(at.hostPath, name === "" ? hostDir : join(hostDir, name), name, maxBytes, report);
+      const copy = { links: options.links === true, exclude: name === "" ? (options.exclude ?? []) : [] };
+      if (!at.directory && name === "") await copyTreeBounded(at.hostPath, join(hostDir, posix.basename(source)), posix.basename(source), maxBytes, report, copy);
+      else await copyTreeBounded(at.hostPath, name === "" ? hostDir : join(hostDir, name), name, maxBytes, report, copy);
       if (report.truncated) break;
     }
     return report;
   }
 
   /** A stopped container's entries of `source` one by one through the archive API, in order, sharing maxBytes. */
-  private async downloadEntries(source: string, entries: string[], hostDir: string, maxBytes: number): Promise<DownloadReport> {
+  private async downloadEntries(source: string, entries: string[], hostDir: string, maxBytes: number, options: DownloadOptions): Promise<DownloadReport> {
     const report: DownloadReport = { files: 0, bytes: 0, truncated: false, skipped: [] };
     for (const name of entries) {
-      const part = await this.download(posix.join(source, name), join(hostDir, name), { maxBytes: maxBytes - report.bytes });
+      if (options.exclude?.includes(name)) continue;
+      const part = await this.download(posix.join(source, name), join(hostDir, name), { maxBytes: maxBytes - report.bytes, links: options.links === true });
       report.files += part.files;
       report.bytes += part.bytes;
       report.skipped.push(...part.skipped.slice(0, Math.max(0, MAX_SKIPPED_LISTED - report.skipped.length)));
@@ -776,8 +787,8 @@ export class DockerSandbox implements Sandbox {
    * backpressure and cut by extractBounded (which then ends the exec). "missing" when there is no
    * such path, "stopped" when the container cannot run an exec (the caller uses the archive API).
    */
-  private async tarThroughExec(source: string, entries: string[]): Promise<"missing" | "stopped" | { extract: (hostDir: string, maxBytes: number) => Promise<DownloadReport> }> {
-    const started = await this.trustedScript(TAR_SCRIPT, [source, ...entries], false).catch((error: unknown) => {
+  private async tarThroughExec(source: string, entries: string[], exclude: string[] = []): Promise<"missing" | "stopped" | { extract: (hostDir: string, maxBytes: number, options: DownloadOptions) => Promise<DownloadReport> }> {
+    const started = await this.trustedScript(TAR_SCRIPT, [source, ...(exclude.length > 0 ? exclude : entries)], false).catch((error: unknown) => {
       throw this.failure(`download ${source}`, error);
     });
     if (started === "stopped") return "stopped";
@@ -838,12 +849,12 @@ export class DockerSandbox implements Sandbox {
       throw new TransferError(`download ${source} failed: ${stderr.trim().slice(-300) || "the trusted tar sent no archive"}`, source);
     }
     return {
-      extract: async (hostDir, maxBytes) => {
+      extract: async (hostDir, maxBytes, options) => {
         // extractBounded destroys the archive once its budget is spent: end the tar then.
         archive.once("close", () => {
           if (!ended) stop();
         });
-        const report = await extractBounded(archive, hostDir, { strip: 0, maxBytes });
+        const report = await extractBounded(archive, hostDir, { strip: 0, maxBytes, links: options.links === true, exclude: entries.length === 0 ? (options.exclude ?? []) : [] });
         if (report.truncated) return report;
         const exitCode = await this.exitCode(exec);
         if (exitCode !== 0) throw new Error(`the trusted tar exited ${exitCode}: ${stderr.trim().slice(-300)}`);

@@ -1,25 +1,42 @@
 import { constants } from "node:fs";
-import { lstat, mkdir, open, readdir } from "node:fs/promises";
+import { lstat, mkdir, open, readdir, readlink, symlink } from "node:fs/promises";
 import { join } from "node:path";
 import type { DownloadReport } from "./types";
 
 const MAX_SKIPPED_LISTED = 100;
 
 /**
- * Copies regular files and directories from `source` to `dest` (never following links; FIFOs and
+ * Copies regular files and directories from `source` to `dest` (never following links; with
+ * `links`, a link is recreated as a link with the same target text, else skipped; FIFOs and
  * devices skipped) until `maxBytes` of file content went over; the file that crosses it is cut.
  * `rel` names `source` in the report (relative to what the download was asked for). Stats are
  * bigint: the tree may hold an agent's FIFOs (see removeTreeWithoutStat, nodejs/node#51142).
  */
-export async function copyTreeBounded(source: string, dest: string, rel: string, maxBytes: number, report: DownloadReport): Promise<void> {
+export async function copyTreeBounded(
+  source: string,
+  dest: string,
+  rel: string,
+  maxBytes: number,
+  report: DownloadReport,
+  options: { links?: boolean; exclude?: readonly string[] } = {},
+): Promise<void> {
   const info = await lstat(source, { bigint: true });
   if (report.truncated) return;
   if (info.isDirectory()) {
     await mkdir(dest, { recursive: true });
+    const excluded = new Set(rel === "" ? (options.exclude ?? []) : []);
+    const inner = { links: options.links };
     for (const name of (await readdir(source)).sort()) {
-      await copyTreeBounded(join(source, name), join(dest, name), rel === "" ? name : `${rel}/${name}`, maxBytes, report);
+      if (excluded.has(name)) continue;
+      await copyTreeBounded(join(source, name), join(dest, name), rel === "" ? name : `${rel}/${name}`, maxBytes, report, inner);
       if (report.truncated) return;
     }
+    return;
+  }
+  if (info.isSymbolicLink() && options.links) {
+    // dest's parents are directories this copy made (a source link is never descended into).
+    await symlink(await readlink(source), dest);
+    report.files++;
     return;
   }
   if (!info.isFile()) {

@@ -288,7 +288,7 @@ function currentUserNames(): Set<string> {
  * toolchain (the host's own tools run the verifier).
  */
 export const LOCAL_CAPABILITIES = Object.freeze({
-  killAll: false, changes: false, trustedTools: false, files: false, network: false, diskUsage: false, processes: false,
+  killAll: false, changes: false, trustedTools: false, files: false, network: false, diskUsage: false, processes: false, joinNetwork: false,
 });
 
 export class LocalSandbox implements Sandbox {
@@ -639,12 +639,14 @@ export class LocalSandbox implements Sandbox {
     const entries = options.entries === undefined ? undefined : checkedEntries(options.entries);
     try {
       await mkdir(hostDir, { recursive: true });
-      if (!info.isDirectory()) await copyTreeBounded(source, join(hostDir, basename(source)), basename(source), maxBytes, report);
-      else if (entries === undefined) await copyTreeBounded(source, hostDir, "", maxBytes, report);
+      const copy = { links: options.links === true };
+      if (!info.isDirectory()) await copyTreeBounded(source, join(hostDir, basename(source)), basename(source), maxBytes, report, copy);
+      else if (entries === undefined) await copyTreeBounded(source, hostDir, "", maxBytes, report, { ...copy, exclude: options.exclude ?? [] });
       else {
         for (const name of entries) {
+          if (options.exclude?.includes(name)) continue;
           const exists = await lstat(join(source, name), { bigint: true }).then(() => true, () => false);
-          if (exists) await copyTreeBounded(join(source, name), join(hostDir, name), name, maxBytes, report);
+          if (exists) await copyTreeBounded(join(source, name), join(hostDir, name), name, maxBytes, report, copy);
           if (report.truncated) break;
         }
       }

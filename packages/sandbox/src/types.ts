@@ -46,6 +46,12 @@ export interface SandboxCreateOptions {
   pidsLimit?: number;
   /** Outbound network; default false (no network at all). */
   network?: boolean;
+  /**
+   * capabilities.joinNetwork: share the network namespace of this running sandbox (its id)
+   * instead of getting one of its own (`network` is then ignored): services its processes serve
+   * on localhost stay reachable, while files and processes stay apart.
+   */
+  joinNetworkOf?: string;
   env?: Record<string, string>;
   /** Sandbox path of the working directory; default: the image's WORKDIR, else /app. */
   workdir?: string;
@@ -109,6 +115,8 @@ export interface SandboxCapabilities {
   readonly diskUsage: boolean;
   /** `processes()` lists every process in the sandbox that is not the runtime's own. */
   readonly processes: boolean;
+  /** `create({ joinNetworkOf })` shares another sandbox's network namespace. */
+  readonly joinNetwork: boolean;
 }
 
 /** A process found in the sandbox by `Sandbox.processes()`. */
@@ -132,6 +140,13 @@ export interface DownloadOptions {
    * this order, so maxBytes goes to the first ones first; missing ones are left out.
    */
   entries?: readonly string[];
+  /** When the source is a directory: leave out these top-level entries (plain names, e.g. ".git"). */
+  exclude?: readonly string[];
+  /**
+   * Bring symbolic links as links (their target text, never followed, here or in the sandbox);
+   * default false: links are skipped and listed. Nothing is ever written through a link.
+   */
+  links?: boolean;
 }
 
 /** What a download brought over. Only regular files and directories are written; links, FIFOs and devices are skipped. */
@@ -142,7 +157,7 @@ export interface DownloadReport {
   truncated: boolean;
   /** The file (path relative to the source) maxBytes cut; nothing after it was read. */
   cutAt?: string;
-  /** Entries left out (links, FIFOs, devices, unsafe names), at most 100. */
+  /** Entries left out (links unless asked for, FIFOs, devices, unsafe names), at most 100. */
   skipped: string[];
 }
 

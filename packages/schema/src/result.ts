@@ -15,7 +15,7 @@ export type TrialError = z.infer<typeof TrialError>;
 export const TrialStatus = z.enum(["passed", "failed", "error"]);
 export type TrialStatus = z.infer<typeof TrialStatus>;
 
-export const Phase = z.enum(["environment", "sandbox", "workspace", "agent_setup", "agent", "verifier", "collect"]);
+export const Phase = z.enum(["environment", "sandbox", "workspace", "agent_setup", "agent", "outputs", "grader", "verifier", "collect"]);
 export type Phase = z.infer<typeof Phase>;
 
 export const PhaseTiming = z.object({ phase: Phase, durationMs: z.number().nonnegative() });
@@ -44,6 +44,29 @@ export const SurvivingProcess = z.object({
 });
 export type SurvivingProcess = z.infer<typeof SurvivingProcess>;
 
+/**
+ * Where and how a trial was graded.
+ * - "fresh": a new sandbox from the task's original image holding only the agent's outputs
+ *   (`outputs`: the repository diff, the workdir, or the task's declared paths); nothing else the
+ *   agent changed exists there.
+ * - "shared": in the agent's own sandbox (tasks whose tests inspect it), with every file the
+ *   verifier's processes loaded audited from the host.
+ */
+export const GradingRecord = z.object({
+  mode: z.enum(["fresh", "shared"]),
+  /** Why this mode: the task's setting, the run's flag, or what the task's kind implies. */
+  why: z.string(),
+  /** "fresh" mode: what was brought from the agent's sandbox ("repository diff", "/app", ...). */
+  outputs: z.array(z.string()),
+  /** "fresh" mode: the grader joined the agent sandbox's network namespace (services it started stay reachable). */
+  joinedNetwork: z.boolean(),
+  /** "shared" mode: whether the verifier's file accesses were audited (and the audit was complete). */
+  audited: z.boolean(),
+  /** Files in the agent's outputs the grading left out, with why (links, special files, bytecode...), at most 100. */
+  skipped: z.array(z.string()).optional(),
+});
+export type GradingRecord = z.infer<typeof GradingRecord>;
+
 /** What Proctor did to keep the agent from rewiring the verifier, and what it found. */
 export const Integrity = z.object({
   /**
@@ -51,16 +74,20 @@ export const Integrity = z.object({
    * "shared": the agent's processes stayed alive through verification (listed in `survivors`).
    */
   isolation: z.enum(["isolated", "shared"]),
-  /** False when the runtime could not check the sandbox's files against the image (local runtime). */
+  /** False when the runtime could not protect the verifier from the agent's files (the local runtime: the agent's processes are host processes). */
   tamperChecked: z.boolean(),
-  /** Paths the verifier relies on that the agent changed; non-empty means the trial is an `agent` error. */
+  /** What the agent changed that would have rewired the verifier; non-empty means the trial is an `agent` error. */
   tampered: z.array(z.string()),
   /** Processes of the agent alive when the verifier started ("shared" mode). */
   survivors: z.array(SurvivingProcess),
-  /** Passed while agent processes were alive: worth an audit. */
+  /** Passed, but not a clean pass: see `flags` (never counted as a clean pass). */
   flagged: z.boolean(),
+  /** Why a pass is flagged (e.g. the verifier ran unaudited in the agent's sandbox). */
+  flags: z.array(z.string()).optional(),
   /** Why a check could not be made, when one could not. */
   note: z.string().nullable(),
+  /** How the trial was graded (absent in results written before grading modes). */
+  grading: GradingRecord.optional(),
 });
 export type Integrity = z.infer<typeof Integrity>;
 

@@ -17,6 +17,8 @@ export const RunConfig = z.object({
   defaultImage: z.string().nullable(),
   /** `--isolate-verifier` (true) / `--no-isolate-verifier` (false); absent: each task decides. */
   isolateVerifier: z.boolean().optional(),
+  /** `--grading`: where every trial's verifier runs, overriding each task's mode. */
+  grading: z.enum(["fresh", "shared"]).optional(),
   /** SWE-bench loader flags the run started with (--repos-dir, --image, --env-setup; absolute paths): a resume reuses them. */
   dataset: z.object({ reposDir: z.string().optional(), imageTemplate: z.string().optional(), envSetup: z.string().optional() }).optional(),
   /** Resource limits the run applied (defaults and maxima); absent: none beyond the tasks' own. */

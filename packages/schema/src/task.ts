@@ -52,6 +52,18 @@ const verifierCommon = {
    * them (task.toml `[verifier] allow_changes`), e.g. "/etc/profile.d/myapp.sh".
    */
   allowChanges: z.array(z.string()).default([]),
+  /**
+   * Where the verifier runs (task.toml `[verifier] grading`): "fresh" (a new sandbox from the
+   * original image holding only the agent's outputs), "shared" (the agent's own sandbox, audited),
+   * or "auto" (absent): fresh for repositories, and for other tasks whose outputs are known
+   * (declared, or the workdir when the tests name nothing outside it).
+   */
+  grading: z.enum(["auto", "fresh", "shared"]).optional(),
+  /**
+   * Sandbox paths (files or directories) that are the agent's work (task.toml `[verifier]
+   * outputs`): what fresh grading brings from the agent's sandbox. Absent: the workdir.
+   */
+  outputs: z.array(z.string()).optional(),
 };
 
 export const VerifierSpec = z.discriminatedUnion("mode", [

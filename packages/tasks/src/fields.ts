@@ -52,6 +52,7 @@ export const kinds = {
   boolean: { schema: z.boolean(), expected: "true or false" },
   stringList: { schema: z.array(z.string()), expected: "a list of strings" },
   absolutePath: { schema: z.string().startsWith("/"), expected: 'an absolute path such as "/app"' },
+  gradingMode: { schema: z.enum(["auto", "fresh", "shared"]), expected: '"auto", "fresh" or "shared"' },
   env: {
     schema: z
       .record(z.string().regex(ENV_NAME), z.union([z.string(), z.number(), z.boolean()]))

@@ -63,6 +63,11 @@ export async function loadNativeTask(dir: string, _options: LoaderOptions = {}):
   for (const glob of allowChanges) {
     if (!glob.startsWith("/")) fail(dirReport, `[verifier].allow_changes: "${glob}" must be an absolute sandbox path or glob, such as "/etc/profile.d/app.sh"`, "task.toml");
   }
+  const outputs = stringOrList(verifier, "outputs");
+  for (const path of outputs ?? []) {
+    if (!path.startsWith("/") || path.split("/").includes("..")) fail(dirReport, `[verifier].outputs: "${path}" must be an absolute sandbox path without "..", such as "/app/out.csv" or "/etc/nginx"`, "task.toml");
+  }
+  const gradingMode = verifier.get("grading", kinds.gradingMode);
   const environment = await readEnvironment(sections.environment, root);
 
   const instructionPath = join(root, "instruction.md");
@@ -94,7 +99,7 @@ export async function loadNativeTask(dir: string, _options: LoaderOptions = {}):
     tags,
     environment,
     agent: { timeoutSec: agentTimeout },
-    verifier: { mode: "reward-file", testsDir, command: NATIVE_TEST_COMMAND, timeoutSec: verifierTimeout, env: verifierEnv, isolateProcesses, allowChanges },
+    verifier: { mode: "reward-file", testsDir, command: NATIVE_TEST_COMMAND, timeoutSec: verifierTimeout, env: verifierEnv, isolateProcesses, allowChanges, ...(outputs ? { outputs } : {}), ...(gradingMode ? { grading: gradingMode } : {}) },
     solution,
     workspace: null,
     extra,

@@ -36,6 +36,8 @@ export interface RunCommandOptions {
   envSetup?: string;
   /** --isolate-verifier (true) / --no-isolate-verifier (false); undefined: each task decides. */
   isolateVerifier?: boolean;
+  /** --grading fresh|shared; undefined: each task's mode. */
+  grading?: "fresh" | "shared";
   /** --agent llm flags (--model, --base-url, ...); only --agent llm may use them. */
   llm?: LlmFlags;
   /** --container-config FILE (JSON: mem_limit, shm_size, nano_cpus, gpus, runtime, privileged). */
@@ -206,6 +208,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   let multiplier = options.timeoutMultiplier;
   let defaultImage = options.defaultImage;
   let isolateVerifier = options.isolateVerifier;
+  let grading = options.grading;
   let storedContainer: ContainerConfig | undefined;
   let llmFlags: LlmFlags = options.llm ?? {};
   // SWE-bench loader flags, as absolute paths: stored in run.json, reused by a resume.
@@ -239,6 +242,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       multiplier = previous.timeoutMultiplier;
       defaultImage ??= previous.defaultImage ?? undefined;
       isolateVerifier ??= previous.isolateVerifier;
+      grading ??= previous.grading;
       storedContainer = containerOf(previous);
       dataset.reposDir ??= previous.dataset?.reposDir;
       dataset.imageTemplate ??= previous.dataset?.imageTemplate;
@@ -307,6 +311,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       timeoutMultiplier: multiplier,
       defaultImage: image,
       ...(isolateVerifier !== undefined ? { isolateVerifier } : {}),
+      ...(grading !== undefined ? { grading } : {}),
       resume: Boolean(options.resume),
       sources: sources.map((s) => resolve(s)),
       dataset: Object.fromEntries(Object.entries(dataset).filter(([, v]) => v !== undefined)),

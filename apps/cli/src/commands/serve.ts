@@ -24,6 +24,8 @@ export interface ServeOptions {
   unsafeLocalRuntime: boolean;
   /** --isolate-verifier / --no-isolate-verifier; undefined: each task decides. */
   isolateVerifier?: boolean;
+  /** --grading fresh|shared; undefined: each task's mode. */
+  grading?: "fresh" | "shared";
   /** --admin-hotkeys (comma-separated); undefined: $PROCTOR_ADMIN_HOTKEYS. */
   adminHotkeys?: string;
   /** --max-uploads / --max-uploads-per-key: uploads in progress at once. */
@@ -135,6 +137,7 @@ export async function serveCommand(options: ServeOptions): Promise<number> {
     retentionDays: options.retentionDays ?? null,
     allowLocalRepos: options.allowLocalRepos,
     ...(options.isolateVerifier !== undefined ? { isolateVerifier: options.isolateVerifier } : {}),
+    ...(options.grading !== undefined ? { grading: options.grading } : {}),
     ...(options.adminHotkeys !== undefined ? { adminHotkeys: options.adminHotkeys.split(/[\s,]+/).filter((e) => e !== "") } : {}),
     ...(options.maxUploads !== undefined ? { maxConcurrentUploads: options.maxUploads } : {}),
     ...(options.maxUploadsPerKey !== undefined ? { maxConcurrentUploadsPerKey: options.maxUploadsPerKey } : {}),

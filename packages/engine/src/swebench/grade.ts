@@ -6,7 +6,7 @@ import { CappedFile, type Sandbox } from "@proctor/sandbox";
 import type { TaskSpec, TrialError, TrialResult } from "@proctor/schema";
 import { SwebenchGrading } from "@proctor/tasks";
 import { repoUrl, type RepoCache } from "../workspace";
-import { adminOptions, trusted } from "../trial/verify";
+import { adminOptions, trusted } from "../grading/sandbox-tools";
 import { CHECKOUT_MS, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, message, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
 import { LOG_PARSERS, testPassed } from "./parsers";
 import { applyTestPatch, pytestTargets, TestPatchError, type TestFiles } from "./test-patch";

@@ -41,6 +41,8 @@ export interface TrialEnvironment {
   limits: RunLimits;
   /** Overrides every task's `isolateProcesses` when not null (`--isolate-verifier` / `--no-isolate-verifier`). */
   isolateVerifier: boolean | null;
+  /** Overrides every task's grading mode when not null (`--grading fresh|shared`). */
+  grading?: "fresh" | "shared" | null;
   /** `--container-config` settings for every sandbox of the run (a task's gpus apply when it has none). */
   container?: ContainerSettings;
   /** The run's trials not yet started (a hint for the runtime's warm pool). */
@@ -59,8 +61,6 @@ export interface AttemptState {
   competition?: CompetitionGrading;
   /** SWE-bench-style tasks: the per-test grading. */
   grading?: NonNullable<TrialResult["grading"]>;
-  /** Start-up files (path → sha256) the workspace brought before the agent; see findTampering. */
-  startUpBaseline?: ReadonlyMap<string, string>;
 }
 
 /** Per-phase budgets in ms, already scaled by the timeout multiplier. */
@@ -86,6 +86,8 @@ export interface Attempt {
   budgets: Budgets;
   state: AttemptState;
   phase: PhaseRunner;
+  /** The image the agent's sandbox was created from (set by the environment phase); fresh grading uses it again. */
+  image: string | null;
 }
 
 /** An attempt once its sandbox runs. */

@@ -43,6 +43,7 @@ export async function startSandbox(attempt: Attempt, lifetimeMs: number, onPendi
     throw error;
   });
 
+  attempt.image = image;
   const limits = effectiveLimits(task, env.limits);
   const container = containerSettingsFor(task, env.container);
   const startBound = AbortSignal.timeout(SANDBOX_START_MS);

@@ -4,7 +4,7 @@ import { ImageError, SANDBOX_PATHS, type ContainerSettings, type Sandbox, type S
 import type { TaskSpec } from "@proctor/schema";
 import { COMPETITION_PATHS, medalFor } from "@proctor/tasks";
 import { DEFAULT_LOG_BYTES, HOUSEKEEPING_MS, SANDBOX_START_MS, effectiveLimits, message, tail, type SandboxAttempt } from "./context";
-import { adminOptions, trusted } from "./verify";
+import { adminOptions, trusted } from "../grading/sandbox-tools";
 
 const REWARD_FILE = `${SANDBOX_PATHS.verifierLogs}/reward.json`;
 const INSTRUCTIONS_FILE = "/home/instructions.md";

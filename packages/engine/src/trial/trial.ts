@@ -9,14 +9,13 @@ import { WorkspaceError } from "../errors";
 import { trialIdOf } from "../ids";
 import { runAgent } from "./agent";
 import { collectLogs, type Collected } from "./collect";
+import { checkRewardUnchanged, GraderSetupError, OutputsTooLargeError, startGrading, type Grading } from "../grading";
 import {
   CHECKOUT_MS, DEFAULT_LOG_BYTES, HOUSEKEEPING_MS, SANDBOX_START_MS, message,
   type Attempt, type AttemptState, type Budgets, type SandboxAttempt, type TrialEnvironment,
 } from "./context";
 import { startSandbox } from "./environment";
-import { asStopped, guardVerifier, rewardChangedAfterRead, runVerifier, type RewardRead } from "./verify";
 import { setUpWorkspace } from "./workspace";
-import { gradeSwebench } from "../swebench/grade";
 import { gradeCompetition, prepareCompetition } from "./grade-competition";
 
 /** Infra errors that justify starting the trial again in a new sandbox. */
@@ -153,7 +152,7 @@ export async function runTrial(task: TaskSpec, attempt: number, env: TrialEnviro
     status = "error";
     error = { kind: "verifier", message: "the verifier produced no reward" };
   }
-  if (outcome.integrity) outcome.integrity.flagged = status === "passed" && outcome.integrity.survivors.length > 0;
+  if (outcome.integrity) outcome.integrity.flagged = status === "passed" && (outcome.integrity.flags?.length ?? 0) > 0;
   return {
     trialId,
     taskId: task.id,
@@ -209,21 +208,26 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
       env.emit({ type: "trial_phase", trialId, taskId: task.id, data: { phase: name, status: "finished", durationMs } });
     }
   };
-  const attempt: Attempt = { task, trialId, trialDir, env, signal, budgets, state, phase };
+  const attempt: Attempt = { task, trialId, trialDir, env, signal, budgets, state, phase, image: null };
 
   let sandbox: Sandbox | null = null;
   let pending: Promise<Sandbox> | null = null;
+  let grading: Grading | null = null;
   let collected = false;
   // Collect has its own bound: logs are still worth having after the trial deadline passed.
-  // `halt`: halt the sandbox first where the runtime can (see Sandbox.halt): nothing runs while
+  // `halt`: halt the sandboxes first where the runtime can (see Sandbox.halt): nothing runs while
   // the logs are read, and reading them then needs no process in the sandbox.
   const collect = (box: Sandbox, halt = false): Promise<Collected | null> => {
     collected = true;
+    const verifierBox = grading?.verifierSandbox ?? box;
     const run = async () => {
-      if (halt && box.halt) {
-        await box.halt().catch((error: unknown) => env.logger.warn("halting the sandbox before collecting its logs failed; collecting from it as it is", { trialId, sandbox: box.id, error: message(error) }));
+      if (halt) {
+        for (const b of verifierBox === box ? [box] : [verifierBox, box]) {
+          if (!b.halt) continue;
+          await b.halt().catch((error: unknown) => env.logger.warn("halting a sandbox before collecting its logs failed; collecting from it as it is", { trialId, sandbox: b.id, error: message(error) }));
+        }
       }
-      const report = await collectLogs(box, trialDir, env.limits);
+      const report = await collectLogs({ verifier: verifierBox, agent: box }, trialDir, env.limits);
       if (report.truncated.length > 0) env.logger.warn("sandbox logs went past the log cap and were cut", { trialId, cut: report.truncated, logBytes: env.limits.logBytes ?? DEFAULT_LOG_BYTES });
       return report;
     };
@@ -246,15 +250,18 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
     }
     await runAgent(inSandbox);
     // The verifier runs even after an agent timeout or failure: the work may be done.
-    const read = await phase("verifier", () => verifyAttempt(inSandbox));
+    // environment -> workspace -> agent -> outputs -> grader -> verifier -> collect.
+    const graded = await startGrading(inSandbox, attempt.image ?? "", env.grading ?? null);
+    grading = graded;
+    await phase("outputs", () => graded.outputs(), graded.plan.mode);
+    if (await phase("grader", () => graded.prepare(), graded.plan.mode)) await phase("verifier", () => graded.verify());
     // Only a process that outlived the agent can rewrite the reward: check when one may exist,
     // after collect, so a process rewriting it in a loop has had time to show itself.
-    const mayHaveSurvivors = !sandbox.capabilities.processes || (state.integrity?.survivors.length ?? 0) > 0;
-    if (read && mayHaveSurvivors) {
+    if (graded.rewardRead && graded.survivorsMayRewrite) {
       await collect(sandbox);
-      await checkRewardUnchanged(inSandbox, read);
+      await checkRewardUnchanged(inSandbox, graded.rewardRead);
     }
-    // Otherwise the logs are collected below, from the halted sandbox.
+    // Otherwise the logs are collected below, from the halted sandboxes.
     return state;
   } catch (error) {
     if (runSignal.aborted) throw runSignal.reason ?? error;
@@ -267,6 +274,7 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
     if (sandbox) {
       const box = sandbox;
       if (!runSignal.aborted && !collected) await collect(box, true);
+      await grading?.dispose();
       await box.kill().catch((error: unknown) => env.logger.error("removing the sandbox failed", { trialId, sandbox: box.id, error: message(error) }));
     } else if (pending) {
       // The sandbox may still appear after we stopped waiting for it: remove it when it does.
@@ -280,28 +288,9 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
   }
 }
 
-/** Guard (tampering, leftover processes, isolation), then the verifier itself. */
-async function verifyAttempt(attempt: SandboxAttempt): Promise<RewardRead | null> {
-  return asStopped(attempt.sandbox, attempt.signal, async () => {
-    if (!(await guardVerifier(attempt))) return null;
-    // SWE-bench-style tasks are graded per test (test_patch applied after the agent, log parsed).
-    if (attempt.task.format === "swebench") return gradeSwebench(attempt).then(() => null);
-    return runVerifier(attempt);
-  });
-}
-
-/** A reward file that changed after the verifier's exec read it was rewritten by someone else. */
-async function checkRewardUnchanged(attempt: SandboxAttempt, read: RewardRead): Promise<void> {
-  const { state } = attempt;
-  const changed = await rewardChangedAfterRead(attempt, read);
-  if (changed.length === 0) return;
-  state.errors.unshift({ kind: "agent", message: `tampered: ${changed.join(", ")} changed after the verifier's reward was read` });
-  state.reward = 0;
-  if (state.integrity) state.integrity.tampered.push(...changed);
-}
-
 function classify(error: unknown): TrialError["kind"] {
-  if (error instanceof WorkspaceError) return "setup";
+  if (error instanceof WorkspaceError || error instanceof GraderSetupError) return "setup";
+  if (error instanceof OutputsTooLargeError) return "agent";
   if (error instanceof AgentError) return "agent";
   // Only processes inside the sandbox (the agent's, or its memory use) stop a started sandbox.
   if (error instanceof SandboxStoppedError) return "agent";

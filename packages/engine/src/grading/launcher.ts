@@ -3,11 +3,11 @@ import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { packDirectory } from "@proctor/archive";
 import { parseReward } from "@proctor/reward";
-import { CappedFile, RuntimeUnavailableError, SANDBOX_PATHS, SandboxLostError, SandboxStoppedError, type SandboxProcess, type ExecOptions, type ExecResult, type Sandbox } from "@proctor/sandbox";
-import type { Integrity } from "@proctor/schema";
-import { findTampering, startUpFiles, type Tampering } from "../integrity";
+import { CappedFile, SANDBOX_PATHS, type ExecResult } from "@proctor/sandbox";
 import { runChecks } from "./checks";
-import { CHECK_OUTPUT_BYTES, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, effectiveLimits, isolates, message, tail, throwIfAborted, type SandboxAttempt } from "./context";
+import { CHECK_OUTPUT_BYTES, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, message, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
+import { HARDENED_ENV, verifierEnv } from "./hardened";
+import { adminOptions, stopped, stoppedForGood, trusted } from "./sandbox-tools";
 
 const REWARD_MAX_BYTES = 1024 * 1024;
 const VERIFIER_DIR = `\${PROCTOR_VERIFIER_LOGS_DIR:-${SANDBOX_PATHS.verifierLogs}}`;
@@ -21,175 +21,6 @@ export interface RewardRead {
 }
 /** `stamp` is the file's inode and change time (ns): any write after the read changes it. */
 type RewardFile = { state: "none" } | { state: "file"; data: Buffer; stamp: string } | { state: "link" | "other" };
-
-/** argv running `script` with the sandbox's trusted shell (the read-only busybox in a container). */
-export function trusted(sandbox: Sandbox, script: string, args: string[] = []): string[] {
-  return [...sandbox.trustedTools, "sh", "-c", script, "proctor", ...args];
-}
-
-export function adminOptions(sandbox: Sandbox): Pick<ExecOptions, "user"> {
-  return sandbox.adminUser !== undefined ? { user: sandbox.adminUser } : {};
-}
-
-const stoppedError = () =>
-  new SandboxStoppedError("the sandbox stopped during the agent's run (every process in it was killed, or it ran out of memory), so nothing could be verified");
-const oomStoppedError = () => new SandboxStoppedError("out of memory: the sandbox was stopped at its memory limit during the agent's run, so nothing could be verified");
-
-/** Why the sandbox stopped, as precisely as the runtime can tell. */
-async function stopped(sandbox: Sandbox): Promise<SandboxStoppedError | SandboxLostError> {
-  if (await sandbox.stoppedExternally?.().catch(() => false)) {
-    return new SandboxLostError("the sandbox was stopped from outside (a daemon restart or docker stop) during the trial");
-  }
-  const oom = await sandbox.outOfMemoryKills?.().catch(() => 0);
-  return oom ? oomStoppedError() : stoppedError();
-}
-
-async function assertRunning(sandbox: Sandbox): Promise<void> {
-  if (sandbox.isRunning && !(await sandbox.isRunning())) throw await stopped(sandbox);
-}
-
-/**
- * Whether the sandbox has stopped, allowing a moment for a stop in progress to show: a container
- * whose processes were all killed may still be reported running for a few ms.
- */
-export async function stoppedForGood(sandbox: Sandbox, settleMs = 3000): Promise<boolean> {
-  if (!sandbox.isRunning) return false;
-  const until = Date.now() + settleMs;
-  for (;;) {
-    const running = await sandbox.isRunning().catch(() => true);
-    if (!running) return true;
-    if (Date.now() >= until) return false;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
-
-/** Any failure while verifying becomes "the sandbox stopped" when it has: the agent's doing, not infra's. */
-export async function asStopped<T>(sandbox: Sandbox, signal: AbortSignal, run: () => Promise<T>): Promise<T> {
-  try {
-    return await run();
-  } catch (error) {
-    if (signal.aborted || error instanceof RuntimeUnavailableError) throw error;
-    if (error instanceof SandboxStoppedError || (await stoppedForGood(sandbox))) throw await stopped(sandbox);
-    throw error;
-  }
-}
-
-/**
- * Before the verifier: what did the agent change that the verifier relies on, and which of its
- * processes are alive? In strict isolation every process is ended (by construction, through the
- * runtime) and that is confirmed. Returns false when the trial cannot be verified (tampered, or
- * isolation could not be confirmed): the reason is in `state.errors`.
- */
-export async function guardVerifier(attempt: SandboxAttempt): Promise<boolean> {
-  const { sandbox, task, state } = attempt;
-  await assertRunning(sandbox);
-  const caps = sandbox.capabilities;
-  const strict = isolates(task, attempt.env);
-  const integrity: Integrity = { isolation: strict ? "isolated" : "shared", tamperChecked: false, tampered: [], survivors: [], flagged: false, note: null };
-  state.integrity = integrity;
-  const notes: string[] = [];
-
-  const oom = sandbox.outOfMemoryKills ? sandbox.outOfMemoryKills().catch(() => 0) : Promise.resolve(0);
-  let alive: SandboxProcess[] = [];
-  if (strict) {
-    // run.ts refuses strict isolation up front on a runtime without killAll.
-    if (!caps.killAll || !sandbox.killAll || !sandbox.processes) throw new Error(`the ${sandbox.runtime} runtime cannot isolate the verifier (no killAll)`);
-    // As soon as the agent's time is up (the OOM count first: a restart resets it).
-    await oom;
-    await sandbox.killAll();
-    alive = await sandbox.processes();
-  }
-  // What the agent left: whether the OOM killer ended any of its processes, then (at once) its
-  // processes (shared mode) and the files it changed against the image. The OOM count is an exec
-  // in the container, so it must be over before the listing starts: a listing beside it saw that
-  // exec (or its runc:[2:INIT]) as a survivor of the agent.
-  const oomKills = await oom;
-  const listing = !strict && caps.processes && sandbox.processes ? sandbox.processes() : null;
-  const diffing = caps.changes && sandbox.changes ? tamperedPaths(sandbox, task.verifier.allowChanges, state.startUpBaseline) : null;
-  const [survivors, found] = await Promise.all([listing, diffing]);
-  if (oomKills > 0) {
-    const limit = effectiveLimits(task, attempt.env.limits).memoryMb;
-    state.errors.push({ kind: "agent", message: `out of memory: the kernel killed ${oomKills} process(es) in the sandbox at its memory limit${limit !== undefined ? ` of ${limit} MB` : ""} (raise [environment] memory_mb if the task needs more)` });
-  }
-  if (!strict) {
-    if (survivors) integrity.survivors = survivors;
-    else notes.push(`the ${sandbox.runtime} runtime cannot list the agent's leftover processes`);
-  }
-  if (found) {
-    integrity.tampered = found.tampered;
-    integrity.tamperChecked = true;
-    if (found.profileChanges.length > 0) {
-      notes.push(`shell start-up files changed (the verifier does not read them): ${found.profileChanges.slice(0, 10).join(", ")}`);
-    }
-  } else {
-    notes.push(`the ${sandbox.runtime} runtime cannot compare the sandbox's files with its image, so tampering with the verifier's tools was not checked`);
-  }
-  if (integrity.tampered.length > 0) {
-    state.errors.push({ kind: "agent", message: `tampered: ${integrity.tampered.join(", ")}` });
-    state.reward = 0;
-    integrity.note = notes.join("; ") || null;
-    return false;
-  }
-
-  if (strict) {
-    if (alive.length > 0) {
-      state.errors.push({ kind: "verifier", message: `strict isolation failed: ${alive.length} process(es) alive after every process was ended: ${alive.map((p) => `${p.pid} ${p.command}`).join("; ").slice(0, 500)}` });
-      integrity.note = notes.join("; ") || null;
-      return false;
-    }
-  }
-  integrity.note = notes.join("; ") || null;
-  return true;
-}
-
-async function tamperedPaths(sandbox: Sandbox, allowed: readonly string[], baseline?: ReadonlyMap<string, string>): Promise<Tampering> {
-  const changes = await (sandbox.changes as () => ReturnType<NonNullable<Sandbox["changes"]>>).call(sandbox);
-  return findTampering(
-    changes,
-    allowed,
-    {
-      exists: async (paths) => {
-        if (paths.length === 0) return new Set();
-        const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do [ -e "$p" ] && echo "$p"; done; exit 0', paths), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
-        return new Set(result.stdout.split("\n").filter(Boolean));
-      },
-      readText: async (path) => (await sandbox.readFile(path, { maxBytes: REWARD_MAX_BYTES }).catch(() => null))?.toString("utf8") ?? null,
-      sha256: (paths) => sha256Files(sandbox, paths),
-    },
-    baseline,
-  );
-}
-
-/**
- * One line per path, in order: its sha256 as the trusted busybox reads it (links followed), or
- * "-" when it is not a readable file. No file names in the output, so none can forge a line.
- */
-const SHA256_SCRIPT = `for p in "$@"; do
-  if [ -f "$p" ] && h=$(sha256sum < "$p"); then echo "\${h%% *}"; else echo -; fi
-done`;
-
-async function sha256Files(sandbox: Sandbox, paths: string[]): Promise<Map<string, string>> {
-  const hashes = new Map<string, string>();
-  if (paths.length === 0) return hashes;
-  const result = await sandbox.exec(trusted(sandbox, SHA256_SCRIPT, paths), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
-  const lines = result.stdout.split("\n");
-  if (result.exitCode !== 0 || lines.length !== paths.length + 1) throw new Error(`hashing start-up files failed (exit ${result.exitCode}): ${tail(result.stderr, 3)}`);
-  paths.forEach((path, i) => {
-    const hash = lines[i] ?? "-";
-    if (/^[0-9a-f]{64}$/.test(hash)) hashes.set(path, hash);
-  });
-  return hashes;
-}
-
-/**
- * The start-up files (a repo's conftest.py, its pytest config) the sandbox holds beyond its image
- * before the agent starts, with their sha256: the verifier then accepts them as long as they keep
- * that content. Null when the runtime cannot list the sandbox's changes.
- */
-export async function startUpBaseline(sandbox: Sandbox): Promise<Map<string, string> | null> {
-  if (!sandbox.capabilities.changes || !sandbox.changes) return null;
-  return sha256Files(sandbox, startUpFiles(await sandbox.changes()));
-}
 
 /**
  * Empties /logs/verifier (and /tests for a reward-file verifier) with the trusted shell, then
@@ -239,6 +70,7 @@ async function prepareDirs(attempt: SandboxAttempt, testsDir: boolean): Promise<
 const REWARD_WRAPPER = `
 marker="$1"; cmd="$2"
 v="${VERIFIER_DIR}"; t="${TESTS_DIR}"
+${HARDENED_ENV}
 if [ "$3" = tests ]; then
   rm -rf "$v" "$t" && mkdir -p "$v" "$t" && chmod 777 "$v" && [ -d "$v" ] && [ ! -L "$v" ] && [ -z "$(ls -A "$v")" ] || { echo "proctor: could not empty $v and $t" >&2; exit 97; }
   tar -x -f - -C "$t" || { echo "proctor: unpacking the tests into $t failed" >&2; exit 98; }
@@ -349,7 +181,7 @@ export async function runVerifier(attempt: SandboxAttempt): Promise<RewardRead |
     result = await sandbox.exec(trusted(sandbox, REWARD_WRAPPER, [marker, verifier.command, tests ? "tests" : "-"]), {
       ...adminOptions(sandbox),
       ...(tests ? { stdin: tests } : {}),
-      env: verifier.env,
+      env: verifierEnv(verifier.env),
       timeoutMs: attempt.budgets.verifierMs,
       signal,
       onStdout: (c) => splitter.push(c),

@@ -1,8 +1,10 @@
 import { lstat, readdir, readFile } from "node:fs/promises";
 import { join, posix } from "node:path";
 import type { CheckResult, VerifierSpec } from "@proctor/schema";
-import { CHECK_OUTPUT_BYTES, HOUSEKEEPING_MS, tail, throwIfAborted, type SandboxAttempt } from "./context";
-import { adminOptions, outputOf, trusted } from "./verify";
+import { CHECK_OUTPUT_BYTES, HOUSEKEEPING_MS, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
+import { HARDENED_ENV, verifierEnv } from "./hardened";
+import { outputOf } from "./launcher";
+import { adminOptions, trusted } from "./sandbox-tools";
 
 type ChecksVerifier = Extract<VerifierSpec, { mode: "checks" }>;
 
@@ -84,7 +86,7 @@ export async function runChecks(attempt: SandboxAttempt, verifier: ChecksVerifie
     const started = performance.now();
     const result = await sandbox.exec(trusted(sandbox, CHECK_WRAPPER, [check.command]), {
       ...adminOptions(sandbox),
-      env: verifier.env,
+      env: verifierEnv(verifier.env),
       timeoutMs: check.timeoutSec * 1000 * env.timeoutMultiplier,
       signal,
       maxOutputBytes: CHECK_OUTPUT_BYTES,
@@ -104,4 +106,5 @@ export async function runChecks(attempt: SandboxAttempt, verifier: ChecksVerifie
   state.reward = checks.length > 0 && checks.every((c) => c.passed) ? 1 : 0;
 }
 
-const CHECK_WRAPPER = `exec bash --noprofile --norc -c "$1"`;
+const CHECK_WRAPPER = `${HARDENED_ENV}
+exec bash --noprofile --norc -c "$1"`;

@@ -1,0 +1,201 @@
+import { lstat, readlink, rm } from "node:fs/promises";
+import { join, posix } from "node:path";
+import { makeOwnedTempDir, removeOrphanTempDirs, SandboxStartError, type Sandbox } from "@proctor/sandbox";
+import { repoUrl } from "../workspace";
+import { CHECKOUT_MS, HOUSEKEEPING_MS, SANDBOX_START_MS, effectiveLimits, message, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
+import { installWorkspace } from "../trial/workspace";
+import { containerSettingsFor } from "../trial/grade-competition";
+import { changesRunner, diffRepository, screenStaged, stageFiles, textOf } from "./repo-diff";
+import { adminOptions, trusted } from "./sandbox-tools";
+import type { GradingPlan } from "./plan";
+
+/** Start of the host staging dirs that carry an agent's outputs to its grader (named after their process). */
+export const OUTPUTS_TEMP_PREFIX = "proctor-out-";
+/** The most bytes of outputs fresh grading carries from the agent's sandbox. */
+export const OUTPUTS_MAX_BYTES = 4 * 1024 * 1024 * 1024;
+
+/** The agent's outputs, held on this host between the agent's sandbox and the grader's. */
+export interface CapturedOutputs {
+  /** The staging dir (removed by `release`). */
+  dir: string;
+  /** Repository tasks: the agent's tree (without .git) under `dir`/tree. */
+  repository: boolean;
+  /** Non-repository tasks: each output path and where its copy is under `dir` (absent when the agent left none). */
+  paths: { path: string; staged: string | null }[];
+  /** Entries the copy left out (FIFOs, devices), at most 100. */
+  skipped: string[];
+}
+
+let swept: Promise<unknown> | undefined;
+
+/**
+ * Copies the agent's outputs from its sandbox to a private host dir: the repository (the workdir
+ * without .git) for a repository task, else each output path. Links come as links, never
+ * followed; FIFOs and devices are left out. More than OUTPUTS_MAX_BYTES is the agent's error.
+ */
+export async function captureOutputs(attempt: SandboxAttempt, plan: GradingPlan): Promise<CapturedOutputs> {
+  const { sandbox } = attempt;
+  // Staging dirs of killed processes (once per process).
+  swept ??= removeOrphanTempDirs(OUTPUTS_TEMP_PREFIX).catch(() => undefined);
+  await swept;
+  const dir = await makeOwnedTempDir(OUTPUTS_TEMP_PREFIX);
+  const captured: CapturedOutputs = { dir, repository: plan.repository, paths: [], skipped: [] };
+  try {
+    let budget = OUTPUTS_MAX_BYTES;
+    const tooBig = () => new OutputsTooLargeError(`the agent's outputs (${plan.outputs.join(", ")}) are larger than ${OUTPUTS_MAX_BYTES} bytes: nothing was graded`);
+    if (plan.repository) {
+      const report = await sandbox.download(sandbox.workdir, join(dir, "tree"), { exclude: [".git"], links: true, maxBytes: budget });
+      if (report.truncated) throw tooBig();
+      captured.skipped.push(...report.skipped);
+      return captured;
+    }
+    for (const [i, path] of plan.outputs.entries()) {
+      const parent = posix.dirname(path);
+      const name = posix.basename(path);
+      const into = join(dir, String(i));
+      // The parent with one entry: a file and a directory land the same way (into/<name>).
+      const report = await sandbox.download(parent, into, { entries: [name], links: true, maxBytes: budget });
+      if (report.truncated) throw tooBig();
+      budget -= report.bytes;
+      captured.skipped.push(...report.skipped.map((s) => posix.join(parent, s)));
+      const staged = join(into, name);
+      captured.paths.push({ path, staged: (await lstat(staged).catch(() => null)) ? staged : null });
+    }
+    return captured;
+  } catch (error) {
+    await rm(dir, { recursive: true, force: true });
+    throw error;
+  }
+}
+
+export async function releaseOutputs(captured: CapturedOutputs | null): Promise<void> {
+  if (captured) await rm(captured.dir, { recursive: true, force: true });
+}
+
+/** The agent's outputs went past OUTPUTS_MAX_BYTES. */
+export class OutputsTooLargeError extends Error {
+  override name = "OutputsTooLargeError";
+}
+
+/**
+ * A new sandbox for the verifier from the agent's image (the task's original image), with the
+ * task's limits, env and workdir: on the agent sandbox's network namespace when `joinNetworkOf`
+ * (services the agent left running stay reachable), else the task's own network policy.
+ */
+export async function startGraderSandbox(attempt: SandboxAttempt, image: string, joinNetworkOf: string | null): Promise<Sandbox> {
+  const { task, env, signal, budgets, trialId } = attempt;
+  const spec = task.environment;
+  const limits = effectiveLimits(task, env.limits);
+  const container = containerSettingsFor(task, env.container);
+  const lifetimeMs = budgets.verifierMs + budgets.checksMs + (task.workspace ? CHECKOUT_MS + budgets.installMs : 0) + SANDBOX_START_MS + 2 * HOUSEKEEPING_MS;
+  const startBound = AbortSignal.timeout(SANDBOX_START_MS);
+  return env.runtime
+    .create({
+      image,
+      ...(limits.cpus !== undefined ? { cpus: limits.cpus } : {}),
+      ...(limits.memoryMb !== undefined ? { memoryMb: limits.memoryMb } : {}),
+      ...(limits.pidsLimit !== undefined ? { pidsLimit: limits.pidsLimit } : {}),
+      network: spec.allowInternet,
+      ...(joinNetworkOf ? { joinNetworkOf } : {}),
+      ...(container ? { container } : {}),
+      env: spec.env,
+      workdir: attempt.sandbox.workdir,
+      labels: { "proctor.run": env.runId, "proctor.trial": trialId, "proctor.role": "grader" },
+      lifetimeMs,
+      ...(env.upcomingTrials ? { upcoming: env.upcomingTrials() } : {}),
+      signal: AbortSignal.any([signal, startBound]),
+    })
+    .catch((error: unknown) => {
+      if (startBound.aborted && !signal.aborted) throw new SandboxStartError(`the grader's sandbox did not start within ${SANDBOX_START_MS / 1000} s`, { cause: error });
+      throw error;
+    });
+}
+
+/** Removes `paths` (sandbox paths) in the grader with its trusted shell. */
+async function removeIn(grader: Sandbox, paths: readonly string[], cwd: string, signal: AbortSignal): Promise<void> {
+  if (paths.length === 0) return;
+  const result = await grader.exec(trusted(grader, 'cd "$1" || exit 1; shift; for p in "$@"; do rm -rf -- "$p" || exit 1; done', [cwd, ...paths]), { ...adminOptions(grader), timeoutMs: HOUSEKEEPING_MS, signal });
+  throwIfAborted(signal);
+  if (result.exitCode !== 0) throw new Error(`removing ${paths.slice(0, 3).join(", ")} in the grader's sandbox failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
+}
+
+/** Puts a staged entry (file, directory or link) at `path` in the grader; a staged link becomes a link with the same target. */
+async function placeStaged(grader: Sandbox, staged: string, path: string, signal: AbortSignal): Promise<void> {
+  const info = await lstat(staged);
+  if (info.isSymbolicLink()) {
+    // upload() would read through a host link: recreate it instead, never following it.
+    const target = await readlink(staged);
+    const made = await grader.exec(trusted(grader, 'mkdir -p "$(dirname "$2")" && ln -s -- "$1" "$2"', [target, path]), { ...adminOptions(grader), timeoutMs: HOUSEKEEPING_MS, signal });
+    if (made.exitCode !== 0) throw new Error(`recreating the link ${path} in the grader's sandbox failed: ${tail(made.stderr)}`);
+    return;
+  }
+  await grader.upload(staged, path);
+}
+
+/** What placing the outputs found. */
+export interface PlacedOutputs {
+  /** Test-runner files the outputs add, change or remove (see changesRunner): grading them would run the agent's configuration. */
+  tampered: string[];
+  /** Why a pass is not clean. */
+  flags: string[];
+  /** What was left out (bytecode). */
+  skipped: string[];
+}
+
+/**
+ * The grader's copy of the agent's work. Output paths: each is removed from the grader and
+ * replaced by the agent's (or left absent when the agent left none). Repository: the base
+ * commit is checked out and installed as the agent's sandbox was, then the agent's diff (files it
+ * changed or added, links as links; files it deleted) is applied, so nothing the base commit's
+ * ignore rules exclude (build output, caches) comes from the agent. Bytecode never comes; test-
+ * runner files that differ from the grader's own copy are returned as tampered (nothing is run).
+ */
+export async function placeOutputs(attempt: SandboxAttempt, grader: Sandbox, captured: CapturedOutputs): Promise<PlacedOutputs> {
+  const { task, env, signal } = attempt;
+  if (!captured.repository) {
+    const placed: PlacedOutputs = { tampered: [], flags: [], skipped: [] };
+    for (const { path, staged } of captured.paths) {
+      if (!staged) continue;
+      for (const runner of await screenStaged(staged, path, placed.skipped)) {
+        const before = await grader.readFile(runner.path, { maxBytes: 4 * 1024 * 1024 }).then((b) => b?.toString("utf8") ?? null, () => "\0unreadable");
+        if (changesRunner(runner.path, before, await textOf(runner.host))) placed.tampered.push(runner.path);
+      }
+    }
+    if (placed.tampered.length > 0) return placed;
+    for (const { path, staged } of captured.paths) {
+      await removeIn(grader, [path], "/", signal);
+      if (staged) await placeStaged(grader, staged, path, signal);
+    }
+    return placed;
+  }
+  const ws = task.workspace;
+  if (!ws) throw new Error(`task ${task.id} was planned as a repository but has no workspace`);
+  const tree = join(captured.dir, "tree");
+  const graderAttempt: SandboxAttempt = { ...attempt, sandbox: grader };
+  return env.repoCache.withCheckout(
+    repoUrl(ws.repo, task.sourcePath),
+    ws.baseCommit,
+    async (base) => {
+      const diff = await diffRepository(base, tree);
+      if (diff.tampered.length > 0) return { tampered: diff.tampered, flags: diff.flags, skipped: [] };
+      await grader.upload(base, grader.workdir);
+      const installed = await installWorkspace(graderAttempt, "grader-install.log");
+      if (installed !== null) throw new GraderSetupError(`setting up the grader's copy of the repository failed: ${installed}`);
+      const staging = join(captured.dir, "diff");
+      await stageFiles(tree, diff.changed, staging);
+      await removeIn(grader, [...diff.changed, ...diff.deleted], grader.workdir, signal);
+      if (diff.changed.length > 0) await grader.upload(staging, grader.workdir);
+      return { tampered: diff.tampered, flags: diff.flags, skipped: diff.skipped.map((p) => `${p} (bytecode is not carried)`) };
+    },
+    { timeoutMs: CHECKOUT_MS, signal },
+  );
+}
+
+/** The task's own setup (install commands) failed in the grader's sandbox: a `setup` error. */
+export class GraderSetupError extends Error {
+  override name = "GraderSetupError";
+}
+
+export function describeError(error: unknown): string {
+  return message(error);
+}

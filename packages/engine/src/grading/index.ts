@@ -1,0 +1,239 @@
+import { SandboxLostError, type Sandbox, type SandboxProcess } from "@proctor/sandbox";
+import type { GradingRecord, Integrity, TrialError } from "@proctor/schema";
+import { gradeSwebench } from "../swebench/grade";
+import { effectiveLimits, isolates, message, type SandboxAttempt } from "../trial/context";
+import { captureOutputs, placeOutputs, releaseOutputs, startGraderSandbox, type CapturedOutputs } from "./fresh";
+import { runVerifier, rewardChangedAfterRead, type RewardRead } from "./launcher";
+import { planGrading, type GradingMode, type GradingPlan } from "./plan";
+import { asStopped, assertRunning } from "./sandbox-tools";
+
+export { planGrading, pathsNamedByTests } from "./plan";
+export type { GradingMode, GradingPlan } from "./plan";
+export { OutputsTooLargeError, GraderSetupError, OUTPUTS_TEMP_PREFIX } from "./fresh";
+
+/**
+ * Grading one trial, after its agent: the one interface both modes implement. The trial calls
+ * `outputs()` (phase "outputs": the agent's processes and what it produced), `prepare()` (phase
+ * "grader": the sandbox the verifier runs in), `verify()` (phase "verifier"), then collects the
+ * verifier's logs from `verifierSandbox` and calls `dispose()`.
+ */
+export interface Grading {
+  readonly plan: GradingPlan;
+  /** After the agent: isolation, surviving processes, the agent's outputs. */
+  outputs(): Promise<void>;
+  /** The verifier's sandbox, ready; false when the trial cannot be verified (the reason is in the state's errors). */
+  prepare(): Promise<boolean>;
+  /** Runs the tests and scores the trial into the attempt's state. */
+  verify(): Promise<void>;
+  /**
+   * Shared mode with agent processes alive (or a runtime that cannot list them): the reward files
+   * must be checked again after a while, since a process of the agent could rewrite them.
+   */
+  readonly rewardRead: RewardRead | null;
+  readonly survivorsMayRewrite: boolean;
+  /** Where the verifier ran (its /logs/verifier is the trial's verifier logs); null before prepare. */
+  readonly verifierSandbox: Sandbox | null;
+  /** Removes what grading started. Safe to call twice. */
+  dispose(): Promise<void>;
+}
+
+/** Plans the trial's grading (`runGrading`: the run's --grading) and returns the grading to run. */
+export async function startGrading(attempt: SandboxAttempt, image: string, runGrading: GradingMode | null): Promise<Grading> {
+  const plan = await planGrading({ task: attempt.task, workdir: attempt.sandbox.workdir, runGrading });
+  return plan.mode === "fresh" ? new FreshGrading(attempt, image, plan) : new SharedGrading(attempt, plan);
+}
+
+/** What both modes do first: the OOM count, then isolation or the list of survivors. */
+abstract class BaseGrading implements Grading {
+  rewardRead: RewardRead | null = null;
+  survivorsMayRewrite = false;
+  verifierSandbox: Sandbox | null = null;
+  protected readonly integrity: Integrity;
+  protected readonly record: GradingRecord;
+
+  constructor(
+    protected readonly attempt: SandboxAttempt,
+    readonly plan: GradingPlan,
+  ) {
+    const strict = isolates(attempt.task, attempt.env);
+    this.record = { mode: plan.mode, why: plan.why, outputs: [], joinedNetwork: false, audited: false };
+    this.integrity = { isolation: strict ? "isolated" : "shared", tamperChecked: attempt.sandbox.capabilities.files, tampered: [], survivors: [], flagged: false, flags: [], note: null, grading: this.record };
+    attempt.state.integrity = this.integrity;
+    if (!attempt.sandbox.capabilities.files) {
+      this.note(`the ${attempt.sandbox.runtime} runtime runs the agent as host processes: the verifier's tools are the host's, which the agent could change`);
+    }
+  }
+
+  abstract outputs(): Promise<void>;
+  abstract prepare(): Promise<boolean>;
+  abstract verify(): Promise<void>;
+  abstract dispose(): Promise<void>;
+
+  protected note(text: string): void {
+    this.integrity.note = this.integrity.note ? `${this.integrity.note}; ${text}` : text;
+  }
+
+  protected flag(text: string): void {
+    this.integrity.flags = [...(this.integrity.flags ?? []), text];
+  }
+
+  protected tampered(paths: string[], why = ""): void {
+    const { state } = this.attempt;
+    this.integrity.tampered.push(...paths);
+    state.errors.unshift({ kind: "agent", message: `tampered: ${paths.join(", ")}${why}` });
+    state.reward = 0;
+  }
+
+  /** The OOM killer's count, recorded as the agent's error. */
+  protected async checkMemory(): Promise<void> {
+    const { sandbox, task, env, state } = this.attempt;
+    const kills = sandbox.outOfMemoryKills ? await sandbox.outOfMemoryKills().catch(() => 0) : 0;
+    if (kills === 0) return;
+    const limit = effectiveLimits(task, env.limits).memoryMb;
+    state.errors.push({ kind: "agent", message: `out of memory: the kernel killed ${kills} process(es) in the sandbox at its memory limit${limit !== undefined ? ` of ${limit} MB` : ""} (raise [environment] memory_mb if the task needs more)` });
+  }
+
+  /** The agent's processes still alive, or null when the runtime cannot list them. */
+  protected async survivors(): Promise<SandboxProcess[] | null> {
+    const { sandbox } = this.attempt;
+    if (!sandbox.capabilities.processes || !sandbox.processes) {
+      this.note(`the ${sandbox.runtime} runtime cannot list the agent's leftover processes`);
+      return null;
+    }
+    const alive = await sandbox.processes();
+    this.integrity.survivors = alive;
+    return alive;
+  }
+
+  /**
+   * An error of the verifier while agent processes were alive is the agent's: they can make the
+   * tests hang or the reward vanish, and an error must not move a fail out of the scored trials.
+   */
+  protected blameSurvivors(): void {
+    if (this.integrity.survivors.length === 0) return;
+    const { state } = this.attempt;
+    state.errors = state.errors.map((e): TrialError => (e.kind === "verifier" ? { kind: "agent", message: `${e.message} (with ${this.integrity.survivors.length} agent process(es) alive during verification)` } : e));
+  }
+
+  /** Runs the task's tests in `sandbox` (the grader's, or the agent's own). */
+  protected async runTests(sandbox: Sandbox): Promise<void> {
+    const target: SandboxAttempt = { ...this.attempt, sandbox };
+    if (this.attempt.task.format === "swebench") await gradeSwebench(target);
+    else this.rewardRead = await runVerifier(target);
+  }
+}
+
+/** Fresh grading: a new sandbox from the task's image holding only the agent's outputs. */
+class FreshGrading extends BaseGrading {
+  private captured: CapturedOutputs | null = null;
+  private joinNetworkOf: string | null = null;
+  private grader: Sandbox | null = null;
+
+  constructor(
+    attempt: SandboxAttempt,
+    private readonly image: string,
+    plan: GradingPlan,
+  ) {
+    super(attempt, plan);
+    this.record.outputs = plan.repository ? [`repository diff of ${attempt.sandbox.workdir}`] : plan.outputs;
+  }
+
+  async outputs(): Promise<void> {
+    const { sandbox, task, env } = this.attempt;
+    // A sandbox that stopped by itself still holds the agent's files; one stopped from outside is lost.
+    const running = sandbox.isRunning ? await sandbox.isRunning().catch(() => true) : true;
+    if (!running && (await sandbox.stoppedExternally?.().catch(() => false))) throw new SandboxLostError("the sandbox was stopped from outside (a daemon restart or docker stop) during the trial");
+    await this.checkMemory();
+    const strict = isolates(task, env);
+    if (running && !strict) {
+      const alive = await this.survivors();
+      // Services the agent left running stay reachable on localhost: the grader joins their network namespace.
+      if (alive && alive.length > 0 && sandbox.capabilities.joinNetwork && env.runtime.capabilities.joinNetwork) this.joinNetworkOf = sandbox.id;
+    }
+    if (!this.joinNetworkOf && sandbox.halt) await sandbox.halt();
+    else if (!this.joinNetworkOf && strict && sandbox.killAll) await sandbox.killAll();
+    this.record.joinedNetwork = this.joinNetworkOf !== null;
+    // No process of the agent can reach the grader's sandbox unless it shares their network.
+    this.integrity.isolation = this.joinNetworkOf ? "shared" : "isolated";
+    this.captured = await captureOutputs(this.attempt, this.plan);
+    if (this.captured.skipped.length > 0) this.record.skipped = this.captured.skipped.slice(0, 100).map((s) => `${s} (not a file, directory or link)`);
+  }
+
+  async prepare(): Promise<boolean> {
+    if (!this.captured) throw new Error("prepare() before outputs()");
+    this.grader = await startGraderSandbox(this.attempt, this.image, this.joinNetworkOf);
+    this.verifierSandbox = this.grader;
+    const placed = await placeOutputs(this.attempt, this.grader, this.captured);
+    await releaseOutputs(this.captured);
+    this.captured = null;
+    for (const flag of placed.flags) this.flag(flag);
+    if (placed.skipped.length > 0) this.record.skipped = [...(this.record.skipped ?? []), ...placed.skipped].slice(0, 100);
+    if (placed.tampered.length > 0) {
+      this.tampered(placed.tampered, " (the agent's outputs change how the tests run)");
+      return false;
+    }
+    return true;
+  }
+
+  async verify(): Promise<void> {
+    if (!this.grader) throw new Error("verify() before prepare()");
+    await this.runTests(this.grader);
+    this.blameSurvivors();
+  }
+
+  async dispose(): Promise<void> {
+    await releaseOutputs(this.captured);
+    this.captured = null;
+    const grader = this.grader;
+    this.grader = null;
+    if (grader) await grader.kill().catch((error: unknown) => this.attempt.env.logger.error("removing the grader's sandbox failed", { trialId: this.attempt.trialId, error: message(error) }));
+  }
+}
+
+/** Shared grading: the verifier runs in the agent's own sandbox. */
+class SharedGrading extends BaseGrading {
+  async outputs(): Promise<void> {
+    const { sandbox, task, env, state } = this.attempt;
+    await assertRunning(sandbox);
+    const strict = isolates(task, env);
+    if (strict) {
+      // run.ts refuses strict isolation up front on a runtime without killAll.
+      if (!sandbox.capabilities.killAll || !sandbox.killAll || !sandbox.processes) throw new Error(`the ${sandbox.runtime} runtime cannot isolate the verifier (no killAll)`);
+      await this.checkMemory(); // before the restart resets the count
+      await sandbox.killAll();
+      const alive = await sandbox.processes();
+      if (alive.length > 0) {
+        state.errors.push({ kind: "verifier", message: `strict isolation failed: ${alive.length} process(es) alive after every process was ended: ${alive.map((p) => `${p.pid} ${p.command}`).join("; ").slice(0, 500)}` });
+      }
+      return;
+    }
+    await this.checkMemory();
+    const alive = await this.survivors();
+    this.survivorsMayRewrite = alive === null || alive.length > 0;
+  }
+
+  async prepare(): Promise<boolean> {
+    this.verifierSandbox = this.attempt.sandbox;
+    if (this.attempt.state.errors.some((e) => e.message.startsWith("strict isolation failed"))) return false;
+    this.flag("graded in the agent's own sandbox without an audit of the files the verifier loaded");
+    return true;
+  }
+
+  async verify(): Promise<void> {
+    const { sandbox, signal } = this.attempt;
+    await asStopped(sandbox, signal, () => this.runTests(sandbox));
+    this.blameSurvivors();
+  }
+
+  async dispose(): Promise<void> {}
+}
+
+/** A reward file that changed after the verifier's exec read it was rewritten by someone else. */
+export async function checkRewardUnchanged(attempt: SandboxAttempt, read: RewardRead): Promise<void> {
+  const { state } = attempt;
+  const changed = await rewardChangedAfterRead(attempt, read);
+  if (changed.length === 0) return;
+  state.errors.unshift({ kind: "agent", message: `tampered: ${changed.join(", ")} changed after the verifier's reward was read` });
+  state.reward = 0;
+  if (state.integrity) state.integrity.tampered.push(...changed);
+}

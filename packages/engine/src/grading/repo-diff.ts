@@ -1,0 +1,149 @@
+import { execFile } from "node:child_process";
+import { cp, lstat, mkdir, readFile, readdir, readlink, rm } from "node:fs/promises";
+import { dirname, join, posix } from "node:path";
+import { promisify } from "node:util";
+import { pytestSection, PYTEST_CONFIG_FILES } from "../swebench/pytest-config";
+
+const run = promisify(execFile);
+
+/** The agent's change to a repository: what fresh grading applies at the base commit. */
+export interface RepoDiff {
+  /** Files added or modified (links included), relative to the repository root, sorted. */
+  changed: string[];
+  /** Tracked files the agent removed. */
+  deleted: string[];
+  /** Test-runner files the diff adds or changes: grading would run under the agent's configuration. */
+  tampered: string[];
+  /** Why a pass of this diff is not clean (e.g. code outside the tests that imports the test runner). */
+  flags: string[];
+  /** Files of the agent's left out (bytecode). */
+  skipped: string[];
+}
+
+/** Python bytecode: never carried from the agent (an unchecked .pyc runs without looking at its source); Python rebuilds it. */
+export function isBytecode(path: string): boolean {
+  return /(^|\/)__pycache__(\/|$)|\.py[co]$/.test(path);
+}
+
+/**
+ * Files the agent's outputs must not add, change or remove: each would change how the tests run
+ * (pytest's configuration and plugins, Python start-up hooks). `before` / `after` are the file's
+ * text in the grader's copy (the image or the base commit) and in the agent's, null when absent
+ * (or not a regular file). For a config file shared with other tools only its pytest part counts.
+ */
+export function changesRunner(path: string, before: string | null, after: string | null): boolean {
+  const base = posix.basename(path);
+  const config = PYTEST_CONFIG_FILES.find((f) => f.path === base);
+  if (config) return pytestSection(config.path, before) !== pytestSection(config.path, after);
+  const runner =
+    base === "conftest.py" ||
+    base === "pytest.py" ||
+    base === "sitecustomize.py" ||
+    base === "usercustomize.py" ||
+    base.endsWith(".pth") ||
+    /(^|\/)(site|user)customize\/__init__\.py$/.test(path) ||
+    // A new package named like the test runner shadows it (pytest's own sources change legitimately).
+    (before === null && /(^|\/)_?pytest\/__init__\.py$/.test(path));
+  return runner && before !== after;
+}
+
+/** Whether `path`'s name makes it a file changesRunner() judges (so only those are read). */
+export function mayChangeRunner(path: string): boolean {
+  return changesRunner(path, null, "\0");
+}
+
+const TEST_PATH = /(^|\/)(tests?|testing)\/|(^|\/)test_[^/]*\.py$|_tests?\.py$|(^|\/)conftest\.py$/;
+const IMPORTS_RUNNER = /^\s*(?:from\s+_pytest\b|import\s+_pytest\b)/m;
+
+async function git(args: string[], env: Record<string, string> = {}): Promise<string> {
+  const { stdout } = await run("git", ["-c", "core.fsmonitor=", "-c", "core.hooksPath=/dev/null", "-c", "core.untrackedCache=false", "-c", "core.quotePath=false", ...args], {
+    maxBuffer: 256 * 1024 * 1024,
+    encoding: "utf8",
+    env: { ...process.env, GIT_CONFIG_NOSYSTEM: "1", GIT_CONFIG_GLOBAL: "/dev/null", GIT_OPTIONAL_LOCKS: "0", GIT_TERMINAL_PROMPT: "0", ...env },
+  });
+  return stdout;
+}
+
+/** A file's text for comparing runner files: a link counts as its target's name (never followed), anything else as absent. */
+export async function textOf(path: string): Promise<string | null> {
+  const info = await lstat(path).catch(() => null);
+  if (info?.isSymbolicLink()) return `\0link ${await readlink(path)}`;
+  if (!info?.isFile()) return null;
+  if (info.size > 4 * 1024 * 1024) return `\0large ${info.size}`;
+  return readFile(path, "utf8");
+}
+
+/**
+ * Compares `tree` (the agent's repository as it left it, without .git; links as links) with
+ * `base` (a checkout of the base commit, with .git) the way `git status` does: tracked files that
+ * differ or are gone, and new files the base commit's ignore rules do not exclude. Runs the
+ * host's git with no user or system config and no hooks; nothing in `tree` is executed.
+ */
+export async function diffRepository(base: string, tree: string): Promise<RepoDiff> {
+  const out = await git(["--git-dir", join(base, ".git"), "--work-tree", tree, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=all"]);
+  const changed: string[] = [];
+  const deleted: string[] = [];
+  const kinds = new Map<string, "added" | "modified" | "deleted">();
+  for (const record of out.split("\0")) {
+    if (record.length < 4) continue;
+    const code = record.slice(0, 2);
+    const path = record.slice(3);
+    if (code === "??") kinds.set(path, "added");
+    else if (code.includes("D")) kinds.set(path, "deleted");
+    else kinds.set(path, "modified");
+  }
+  const tampered: string[] = [];
+  const flags: string[] = [];
+  const skipped: string[] = [];
+  for (const [path, kind] of kinds) {
+    if (kind !== "deleted" && isBytecode(path)) {
+      skipped.push(path);
+      continue;
+    }
+    (kind === "deleted" ? deleted : changed).push(path);
+    if (mayChangeRunner(path)) {
+      const before = kind === "added" ? null : await textOf(join(base, path));
+      const after = kind === "deleted" ? null : await textOf(join(tree, path));
+      if (changesRunner(path, before, after)) tampered.push(path);
+    }
+    if (kind !== "deleted" && path.endsWith(".py") && !TEST_PATH.test(path) && !/(^|\/)_pytest\//.test(path)) {
+      const text = await textOf(join(tree, path));
+      if (text !== null && IMPORTS_RUNNER.test(text)) flags.push(`${path} imports the test runner (_pytest) outside the tests`);
+    }
+  }
+  return { changed: changed.sort(), deleted: deleted.sort(), tampered: tampered.sort(), flags, skipped: skipped.sort() };
+}
+
+/** Copies `paths` (relative; files or links, never followed) from `tree` into `dest`, keeping their places. */
+export async function stageFiles(tree: string, paths: readonly string[], dest: string): Promise<void> {
+  await mkdir(dest, { recursive: true });
+  for (const path of paths) {
+    const target = join(dest, path);
+    await mkdir(dirname(target), { recursive: true });
+    await cp(join(tree, path), target, { verbatimSymlinks: true, errorOnExist: false, force: true, recursive: false });
+  }
+}
+
+/**
+ * Walks a staged output (a host copy of the agent's file or directory at sandbox path `at`,
+ * never following links): removes Python bytecode from it and returns the runner files in it
+ * (sandbox paths), for the caller to compare with the grader's copies. `skipped` gets what went.
+ */
+export async function screenStaged(staged: string, at: string, skipped: string[]): Promise<{ path: string; host: string }[]> {
+  const found: { path: string; host: string }[] = [];
+  async function walk(host: string, path: string): Promise<void> {
+    const info = await lstat(host);
+    if (isBytecode(path)) {
+      await rm(host, { recursive: true, force: true });
+      skipped.push(`${path} (bytecode is not carried)`);
+      return;
+    }
+    if (info.isDirectory()) {
+      for (const name of await readdir(host)) await walk(join(host, name), posix.join(path, name));
+      return;
+    }
+    if (mayChangeRunner(path)) found.push({ path, host });
+  }
+  await walk(staged, at);
+  return found;
+}
