@@ -1,4 +1,4 @@
-import type { ProctorEvent, RunSummary, TrialResult } from "@proctor/schema";
+import { isCleanPass, type ProctorEvent, type RunSummary, type TrialResult } from "@proctor/schema";
 import { z } from "zod";
 
 /**
@@ -176,7 +176,7 @@ export function taskCompleteData(result: TrialResult): Record<string, unknown> {
     task_id: result.taskId,
     status: "completed",
     outcome: result.status,
-    passed: result.status === "passed",
+    passed: isCleanPass(result),
     reward: result.reward ?? 0,
     error: result.error === null ? null : `${result.error.kind}: ${result.error.message}`,
     duration_ms: Math.round(result.durationMs),

@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import type { TrialResult } from "@proctor/schema";
+import { isCleanPass, type TrialResult } from "@proctor/schema";
 import type { LoadedRun } from "./load";
 import { fullReason, trialFlags } from "./model";
 
@@ -126,7 +126,7 @@ export async function buildSwebenchReport(run: LoadedRun): Promise<SwebenchRepor
     const patch = await patchOf(run, r);
     if (patch !== null && patch.trim() === "") empty.push(id);
     else if (r.status === "error") errored.push(id);
-    else if (r.status === "passed") resolved.push(id);
+    else if (isCleanPass(r)) resolved.push(id);
     else unresolved.push(id);
   }
   const sorted = (xs: Iterable<string>) => [...xs].sort();

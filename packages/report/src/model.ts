@@ -1,4 +1,4 @@
-import type { TrialResult } from "@proctor/schema";
+import { isCleanPass, type TrialResult } from "@proctor/schema";
 import {
   bootstrapMeanCI,
   compareRuns,
@@ -96,7 +96,7 @@ export function trialFlags(r: TrialResult): string[] {
     const commands = integrity.survivors.slice(0, 3).map((s) => s.command.split(" ")[0]).join(", ");
     flags.push(`survivors: ${integrity.survivors.length} (${commands}${integrity.survivors.length > 3 ? ", ..." : ""})`);
   }
-  if (integrity.flagged) flags.push("flagged: passed with agent processes alive");
+  if (integrity.flagged) flags.push(`flagged: ${(integrity.flags ?? []).join("; ") || "passed with agent processes alive"} (not counted as a pass)`);
   return flags;
 }
 
@@ -131,14 +131,14 @@ export function buildRunReport(run: LoadedRun, options: { seed?: number; resampl
   const attempts = run.config?.attempts ?? Math.max(1, ...tasks.map((t) => t.attempts));
   const mean = meanOverTasks(tasks);
   const finished = run.results.length;
-  const passed = run.results.filter((r) => r.status === "passed").length;
+  const passed = run.results.filter(isCleanPass).length;
   const byCategory = new Map<string, CategoryRow>();
   for (const r of run.results) {
     const category = r.category ?? "uncategorized";
     const row = byCategory.get(category) ?? { category, total: 0, passed: 0, failed: 0, errored: 0, passRate: null };
     row.total++;
-    if (r.status === "passed") row.passed++;
-    else if (r.status === "failed") row.failed++;
+    if (isCleanPass(r)) row.passed++;
+    else if (r.status === "failed" || r.status === "passed") row.failed++;
     else row.errored++;
     row.passRate = row.passed / row.total;
     byCategory.set(category, row);

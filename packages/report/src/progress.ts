@@ -1,7 +1,7 @@
 import { existsSync } from "node:fs";
 import { isAbsolute, join, relative } from "node:path";
 import cliProgress from "cli-progress";
-import type { ProctorEvent, TrialResult } from "@proctor/schema";
+import { isCleanPass, type ProctorEvent, type TrialResult } from "@proctor/schema";
 import { trialFlags } from "./model";
 import { EtaEstimator } from "./eta";
 import { formatDuration } from "./text";
@@ -228,8 +228,8 @@ export function createProgress(stream: NodeJS.WritableStream & { isTTY?: boolean
           const r = event.data;
           eta.trialFinished(r.trialId, r.durationMs, r.phases);
           counts.done += 1;
-          if (r.status === "passed") counts.passed += 1;
-          else if (r.status === "failed") counts.failed += 1;
+          if (isCleanPass(r)) counts.passed += 1;
+          else if (r.status === "failed" || r.status === "passed") counts.failed += 1;
           else counts.errored += 1;
           if (bar) {
             if (r.status !== "passed" || trialFlags(r).length > 0) write(trialLine(r));

@@ -2,7 +2,7 @@ import type { GroupSummary, RunSummary } from "@proctor/schema";
 import { formatDuration, percent, textTable } from "./text";
 
 function groupRow(name: string, g: GroupSummary): string[] {
-  return [name, String(g.total), String(g.passed), String(g.failed), String(g.errored), percent(g.passRate), g.meanReward === null ? "-" : g.meanReward.toFixed(3)];
+  return [name, String(g.total), g.flagged ? `${g.passed} (+${g.flagged} flagged)` : String(g.passed), String(g.failed), String(g.errored), percent(g.passRate), g.meanReward === null ? "-" : g.meanReward.toFixed(3)];
 }
 
 /**
@@ -15,7 +15,7 @@ export function renderRunSummary(summary: RunSummary): string {
     .sort(([a], [b]) => a.localeCompare(b))
     .map(([name, g]) => groupRow(name, g));
   const t = summary.trials;
-  rows.push(groupRow("all", { total: t.total, passed: t.passed, failed: t.failed, errored: t.errored, passRate: summary.passRate, meanReward: summary.meanReward }));
+  rows.push(groupRow("all", { total: t.total, passed: t.passed, ...(t.flagged !== undefined ? { flagged: t.flagged } : {}), failed: t.failed, errored: t.errored, passRate: summary.passRate, meanReward: summary.meanReward }));
   const lines = [textTable(header, rows), ""];
   const r = summary.rates;
   lines.push(`pass rate      ${percent(r.passRate.value)} (${r.passRate.numerator}/${r.passRate.denominator} ${r.passRate.of})`);
@@ -28,10 +28,11 @@ export function renderRunSummary(summary: RunSummary): string {
   const errors = Object.entries(summary.errorsByKind).filter(([, n]) => n > 0);
   if (errors.length > 0) lines.push(`errors         ${errors.map(([k, n]) => `${k} ${n}`).join(", ")}`);
   const integrity = summary.integrity;
-  if (integrity && (integrity.passedWithSurvivors > 0 || integrity.tampered > 0 || integrity.unchecked > 0)) {
+  const flagged = integrity?.flagged ?? 0;
+  if (integrity && (flagged > 0 || integrity.tampered > 0 || integrity.unchecked > 0)) {
     const parts = [
       integrity.tampered > 0 ? `${integrity.tampered} tampered with the verifier (agent errors, reward 0)` : null,
-      integrity.passedWithSurvivors > 0 ? `${integrity.passedWithSurvivors} passed with agent processes alive (flagged: see integrity.survivors in result.json)` : null,
+      flagged > 0 ? `${flagged} passed but flagged for audit, not counted as passes (see integrity.flags in result.json)` : null,
       integrity.unchecked > 0 ? `${integrity.unchecked} not checked for tampering (the runtime cannot)` : null,
     ].filter(Boolean);
     lines.push(`integrity      ${parts.join("; ")}`);

@@ -1,4 +1,4 @@
-import type { TrialResult } from "@proctor/schema";
+import { isCleanPass, type TrialResult } from "@proctor/schema";
 import { bootstrapMeans, quantile, seededRandom, DEFAULT_RESAMPLES, DEFAULT_SEED, type Interval } from "./bootstrap";
 import { mean, passAtKEstimate, standardError } from "./stats";
 import { latestResults, scoredReward } from "./summary";
@@ -29,7 +29,7 @@ export function taskOutcomes(results: readonly TrialResult[]): TaskOutcome[] {
   return [...byTask.entries()]
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
     .map(([taskId, list]) => {
-      const passed = list.filter((r) => r.status === "passed").length;
+      const passed = list.filter(isCleanPass).length;
       const errored = list.filter((r) => r.status === "error").length;
       return {
         taskId,
@@ -217,8 +217,8 @@ export function compareRuns(
     pairs++;
     pairedA.push(ra);
     pairedB.push(rb);
-    const pa = ra.status === "passed";
-    const pb = rb.status === "passed";
+    const pa = isCleanPass(ra);
+    const pb = isCleanPass(rb);
     if (pa && !pb) {
       passToFail++;
       flips.push({ taskId: ra.taskId, attempt: ra.attempt, kind: "pass_to_fail", from: ra.status, to: rb.status });
@@ -233,7 +233,7 @@ export function compareRuns(
     const tb = bTasks.get(taskId) as TaskOutcome;
     return { taskId, a: ta, b: tb, rewardDelta: tb.meanReward - ta.meanReward, passRateDelta: tb.passRate - ta.passRate };
   });
-  const passRateOf = (list: TrialResult[]) => (list.length === 0 ? null : list.filter((r) => r.status === "passed").length / list.length);
+  const passRateOf = (list: TrialResult[]) => (list.length === 0 ? null : list.filter(isCleanPass).length / list.length);
   const isBinary = (r: TrialResult) => {
     const v = scoredReward(r);
     return v === 0 || v === 1;

@@ -37,12 +37,12 @@ describe("summarize", () => {
     ];
     const s = summarize({ ...base, results, plannedTrials: 8, attempts: 1 });
     expect(RunSummary.parse(s)).toEqual(s);
-    expect(s.trials).toEqual({ planned: 8, total: 5, passed: 2, failed: 2, errored: 1 });
+    expect(s.trials).toEqual({ planned: 8, total: 5, passed: 2, flagged: 0, failed: 2, errored: 1 });
     expect(s.passRate).toBeCloseTo(2 / 5, 12);
-    expect(s.rates.passRate).toEqual({ value: 2 / 5, numerator: 2, denominator: 5, of: "finished trials (errors count as not passed)" });
-    expect(s.rates.passRateScored).toEqual({ value: 2 / 4, numerator: 2, denominator: 4, of: "scored trials (errors excluded)" });
+    expect(s.rates.passRate).toEqual({ value: 2 / 5, numerator: 2, denominator: 5, of: "finished trials (errors and flagged passes count as not passed)" });
+    expect(s.rates.passRateScored).toEqual({ value: 2 / 4, numerator: 2, denominator: 4, of: "scored trials (infra, setup and verifier errors excluded; agent errors count as not passed)" });
     // rewards 1 + 0 + 0 (error) + 1 + 0.5 over 5
-    expect(s.rates.meanReward).toEqual({ value: 2.5 / 5, numerator: 2.5, denominator: 5, of: "finished trials (errors score 0)" });
+    expect(s.rates.meanReward).toEqual({ value: 2.5 / 5, numerator: 2.5, denominator: 5, of: "finished trials (errors and flagged passes score 0)" });
     expect(s.meanReward).toBeCloseTo(0.5, 12);
     expect(s.errorsByKind).toEqual({ infra: 1 });
     expect(s.passAtK).toBeNull();
@@ -50,6 +50,26 @@ describe("summarize", () => {
     expect(s.updatedAt).toBe("2025-01-01T00:01:30.000Z");
     expect(s.durationMs).toBe(90_000);
     expect(s.status).toBe("completed");
+  });
+
+  it("never counts a flagged pass as a pass, and keeps the agent's errors in the scored denominator", () => {
+    const integrity = (flags: string[]) => ({ isolation: "isolated" as const, tamperChecked: true, tampered: [], survivors: [], flagged: flags.length > 0, flags, note: null });
+    const results = [
+      trial({ taskId: "clean", status: "passed", integrity: integrity([]) }),
+      trial({ taskId: "flagged", status: "passed", integrity: integrity(["graded in the agent's own sandbox without an audit"]) }),
+      // Written before flags existed: a pass with agent processes alive was flagged and counted.
+      trial({ taskId: "old", status: "passed", integrity: { ...integrity([]), flagged: true, flags: undefined } }),
+      trial({ taskId: "agent-error", status: "error", reward: null, error: { kind: "agent", message: "the verifier produced no reward (with 1 agent process(es) alive during verification)" } }),
+      trial({ taskId: "infra-error", status: "error", reward: null, error: { kind: "infra", message: "daemon gone" } }),
+    ];
+    const s = summarize({ ...base, results, plannedTrials: 5, attempts: 1 });
+    expect(RunSummary.parse(s)).toEqual(s);
+    expect(s.trials).toMatchObject({ total: 5, passed: 2, flagged: 1, failed: 0, errored: 2 });
+    expect(s.rates.passRate).toMatchObject({ numerator: 2, denominator: 5 });
+    // Only the infra error leaves the denominator.
+    expect(s.rates.passRateScored).toMatchObject({ numerator: 2, denominator: 4 });
+    expect(s.rates.meanReward).toMatchObject({ numerator: 2, denominator: 5 });
+    expect(s.integrity).toMatchObject({ flagged: 1 });
   });
 
   it("gives null rates, not 0 or NaN, when nothing finished", () => {
@@ -60,7 +80,7 @@ describe("summarize", () => {
     expect(s.rates.passRateScored.value).toBeNull();
     expect(s.meanRewardStdErr).toBeNull();
     expect(s.passAtK).toEqual({});
-    expect(s.trials).toEqual({ planned: 3, total: 0, passed: 0, failed: 0, errored: 0 });
+    expect(s.trials).toEqual({ planned: 3, total: 0, passed: 0, flagged: 0, failed: 0, errored: 0 });
   });
 
   it("passRateScored is null when every trial errored", () => {
@@ -78,13 +98,13 @@ describe("summarize", () => {
     ];
     const s = summarize({ ...base, results, plannedTrials: 4, attempts: 1 });
     expect(s.byCategory).toEqual({
-      security: { total: 2, passed: 1, failed: 1, errored: 0, passRate: 0.5, meanReward: 0.5 },
-      uncategorized: { total: 2, passed: 1, failed: 0, errored: 1, passRate: 0.5, meanReward: 0.5 },
+      security: { total: 2, passed: 1, flagged: 0, failed: 1, errored: 0, passRate: 0.5, meanReward: 0.5 },
+      uncategorized: { total: 2, passed: 1, flagged: 0, failed: 0, errored: 1, passRate: 0.5, meanReward: 0.5 },
     });
     expect(s.byDifficulty).toEqual({
-      easy: { total: 2, passed: 1, failed: 0, errored: 1, passRate: 0.5, meanReward: 0.5 },
-      hard: { total: 1, passed: 1, failed: 0, errored: 0, passRate: 1, meanReward: 1 },
-      unknown: { total: 1, passed: 0, failed: 1, errored: 0, passRate: 0, meanReward: 0 },
+      easy: { total: 2, passed: 1, flagged: 0, failed: 0, errored: 1, passRate: 0.5, meanReward: 0.5 },
+      hard: { total: 1, passed: 1, flagged: 0, failed: 0, errored: 0, passRate: 1, meanReward: 1 },
+      unknown: { total: 1, passed: 0, flagged: 0, failed: 1, errored: 0, passRate: 0, meanReward: 0 },
     });
     expect(s.errorsByKind).toEqual({ verifier: 1 });
   });
@@ -104,7 +124,7 @@ describe("summarize", () => {
     const other = trial({ taskId: "b", status: "failed", trialId: "b-1" });
     const again = trial({ taskId: "a", status: "passed", trialId: "a-1" });
     const s = summarize({ ...base, results: [first, other, again], plannedTrials: 2, attempts: 1 });
-    expect(s.trials).toEqual({ planned: 2, total: 2, passed: 1, failed: 1, errored: 0 });
+    expect(s.trials).toEqual({ planned: 2, total: 2, passed: 1, flagged: 0, failed: 1, errored: 0 });
     expect(s.errorsByKind).toEqual({});
   });
 

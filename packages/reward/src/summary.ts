@@ -1,4 +1,4 @@
-import type { GroupSummary, Rate, RunSummary, TrialResult } from "@proctor/schema";
+import { isCleanPass, type GroupSummary, type Rate, type RunSummary, type TrialResult } from "@proctor/schema";
 import { mean, passAtKEstimate, standardError } from "./stats";
 
 export interface SummarizeInput {
@@ -17,9 +17,9 @@ export interface SummarizeInput {
 export const UNCATEGORIZED = "uncategorized";
 export const UNKNOWN_DIFFICULTY = "unknown";
 
-/** The reward a finished trial contributes to means: an error scores 0. */
+/** The reward a finished trial contributes to means: an error, and a pass flagged for audit, score 0. */
 export function scoredReward(result: TrialResult): number {
-  if (result.status === "error") return 0;
+  if (result.status === "error" || (result.status === "passed" && !isCleanPass(result))) return 0;
   // A passed/failed trial without a numeric reward (e.g. graded by check scripts) scores its verdict.
   return result.reward ?? (result.status === "passed" ? 1 : 0);
 }
@@ -44,10 +44,12 @@ export function latestResults(results: readonly TrialResult[]): TrialResult[] {
 
 function group(results: readonly TrialResult[]): GroupSummary {
   let passed = 0;
+  let flagged = 0;
   let failed = 0;
   let errored = 0;
   for (const r of results) {
-    if (r.status === "passed") passed++;
+    if (isCleanPass(r)) passed++;
+    else if (r.status === "passed") flagged++;
     else if (r.status === "failed") failed++;
     else errored++;
   }
@@ -55,6 +57,7 @@ function group(results: readonly TrialResult[]): GroupSummary {
   return {
     total,
     passed,
+    flagged,
     failed,
     errored,
     passRate: total === 0 ? null : passed / total,
@@ -93,7 +96,7 @@ function byTask(results: readonly TrialResult[]): Map<string, TrialResult[]> {
 export function passAtK(results: readonly TrialResult[], attempts: number): Record<string, number> {
   const counts = [...byTask(results).values()].map((list) => ({
     n: list.length,
-    c: list.filter((r) => r.status === "passed").length,
+    c: list.filter(isCleanPass).length,
   }));
   const out: Record<string, number> = {};
   for (let k = 1; k <= attempts; k++) {
@@ -131,6 +134,8 @@ export function summarize(input: SummarizeInput): RunSummary {
     const kind = r.error?.kind ?? "unknown";
     errorsByKind[kind] = (errorsByKind[kind] ?? 0) + 1;
   }
+  // Errors the agent caused stay scored: it must not move a fail out of the denominator.
+  const unscored = results.filter((r) => r.status === "error" && r.error?.kind !== "agent").length;
   const taskMeans = [...byTask(results).values()].map((list) => mean(list.map(scoredReward)) as number);
   const startedAt = toIso(input.startedAt);
   const updatedAt = toIso(input.now);
@@ -141,15 +146,16 @@ export function summarize(input: SummarizeInput): RunSummary {
       planned: input.plannedTrials,
       total: all.total,
       passed: all.passed,
+      flagged: all.flagged ?? 0,
       failed: all.failed,
       errored: all.errored,
     },
     passRate: all.passRate,
     meanReward: all.meanReward,
     rates: {
-      passRate: rate(all.passed, all.total, "finished trials (errors count as not passed)"),
-      passRateScored: rate(all.passed, all.passed + all.failed, "scored trials (errors excluded)"),
-      meanReward: rate(rewardSum, all.total, "finished trials (errors score 0)"),
+      passRate: rate(all.passed, all.total, "finished trials (errors and flagged passes count as not passed)"),
+      passRateScored: rate(all.passed, all.total - unscored, "scored trials (infra, setup and verifier errors excluded; agent errors count as not passed)"),
+      meanReward: rate(rewardSum, all.total, "finished trials (errors and flagged passes score 0)"),
     },
     meanRewardStdErr: standardError(taskMeans),
     byCategory: groupBy(results, (r) => r.category ?? UNCATEGORIZED),
@@ -157,7 +163,8 @@ export function summarize(input: SummarizeInput): RunSummary {
     errorsByKind,
     passAtK: input.attempts > 1 ? passAtK(results, input.attempts) : null,
     integrity: {
-      passedWithSurvivors: results.filter((r) => r.integrity?.flagged === true).length,
+      passedWithSurvivors: results.filter((r) => r.status === "passed" && (r.integrity?.survivors.length ?? 0) > 0).length,
+      flagged: all.flagged ?? 0,
       tampered: results.filter((r) => (r.integrity?.tampered.length ?? 0) > 0).length,
       unchecked: results.filter((r) => r.integrity !== undefined && r.integrity !== null && !r.integrity.tamperChecked).length,
     },

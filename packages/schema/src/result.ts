@@ -162,6 +162,16 @@ export const TrialResult = z.object({
 });
 export type TrialResult = z.infer<typeof TrialResult>;
 
+/**
+ * A pass that counts as one: passed, and not flagged for audit (a flagged pass is reported, never
+ * counted as a clean pass: in summaries, reports, the server's counts and receipts).
+ */
+export function isCleanPass(result: Pick<TrialResult, "status" | "integrity">): boolean {
+  // Results written before flags existed marked passes with agent processes alive as flagged, and
+  // counted them: they keep counting.
+  return result.status === "passed" && !(result.integrity?.flagged === true && result.integrity.flags !== undefined);
+}
+
 const Rate = z.object({
   /** numerator / denominator, null when the denominator is 0 */
   value: z.number().nullable(),
@@ -174,10 +184,13 @@ export type Rate = z.infer<typeof Rate>;
 
 export const GroupSummary = z.object({
   total: z.number().int(),
+  /** clean passes (see isCleanPass) */
   passed: z.number().int(),
+  /** passes flagged for audit: in total, not in passed (absent in summaries written before flags) */
+  flagged: z.number().int().optional(),
   failed: z.number().int(),
   errored: z.number().int(),
-  /** passed / total: errors count as not passed */
+  /** passed / total: errors and flagged passes count as not passed */
   passRate: z.number().nullable(),
   meanReward: z.number().nullable(),
 });
@@ -190,7 +203,10 @@ export const RunSummary = z.object({
     /** planned trials: tasks x attempts */
     planned: z.number().int(),
     total: z.number().int(),
+    /** clean passes: flagged passes are counted apart */
     passed: z.number().int(),
+    /** passes flagged for audit (in total, not in passed) */
+    flagged: z.number().int().optional(),
     failed: z.number().int(),
     errored: z.number().int(),
   }),
@@ -211,7 +227,15 @@ export const RunSummary = z.object({
   /** unbiased pass@k over tasks for k = 1..attempts, present when attempts > 1 */
   passAtK: z.record(z.string(), z.number()).nullable(),
   /** Trials to audit: passes with agent processes alive, tampering found, tampering not checkable. */
-  integrity: z.object({ passedWithSurvivors: z.number().int(), tampered: z.number().int(), unchecked: z.number().int() }).optional(),
+  integrity: z
+    .object({
+      passedWithSurvivors: z.number().int(),
+      tampered: z.number().int(),
+      unchecked: z.number().int(),
+      /** passes flagged for audit (their reasons are in each result.json's integrity.flags) */
+      flagged: z.number().int().optional(),
+    })
+    .optional(),
   startedAt: z.string(),
   updatedAt: z.string(),
   durationMs: z.number().nonnegative(),

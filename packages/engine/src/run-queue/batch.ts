@@ -1,5 +1,5 @@
 import type { EventBus } from "@proctor/events";
-import type { ProctorEvent, RunSummary, TrialResult, TrialStatus } from "@proctor/schema";
+import { isCleanPass, type ProctorEvent, type RunSummary, type TrialResult, type TrialStatus } from "@proctor/schema";
 import type { BatchRecord } from "./store";
 
 export type BatchStatus = "queued" | "running" | "completed" | "failed" | "cancelled";
@@ -96,7 +96,8 @@ export class QueuedBatch {
     if (!task) return;
     if (task.status !== "completed") {
       this.completed += 1;
-      if (result.status === "passed") this.passed += 1;
+      // A pass flagged for audit is not a pass a validator may pay for.
+      if (isCleanPass(result)) this.passed += 1;
       else this.failed += 1;
       this.rewardSum += result.reward ?? 0;
     }
