@@ -272,7 +272,7 @@ EOF`, "sh", source]);
     const results = await attack(name, ["pytest-cwd", "calc-mul"]);
     for (const id of ["pytest-cwd", "calc-mul"]) {
       expect(results[id], `${name} on ${id}`).toMatchObject({ status: "error", reward: 0, error: { kind: "agent" } });
-      expect(results[id]?.error?.message).toMatch(/^tampered: .*(pytest\.ini|conftest\.py)/);
+      expect(results[id]?.error?.message).toMatch(/^tampered: \/(app|testbed)\/(pytest\.ini|conftest\.py)/);
     }
   }, 600_000);
 
@@ -280,7 +280,7 @@ EOF`, "sh", source]);
     for (const name of ["subdir-pytest-ini", "cwd-pytest-module"]) {
       const results = await attack(name, ["calc-mul"]);
       expect(results["calc-mul"], name).toMatchObject({ status: "error", reward: 0, error: { kind: "agent" } });
-      expect(results["calc-mul"]?.error?.message, name).toMatch(/^tampered: (tests\/pytest\.ini|pytest\.py)/);
+      expect(results["calc-mul"]?.error?.message, name).toMatch(/^tampered: \/testbed\/(tests\/pytest\.ini|pytest\.py)/);
     }
     const results = await attack("repo-patches-pytest", ["calc-mul"]);
     expectNoCleanPass(results["calc-mul"], "repo-patches-pytest");

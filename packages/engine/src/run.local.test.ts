@@ -108,6 +108,7 @@ describe("engine on the local runtime", () => {
     expect(phases).toEqual([
       "environment:started", "environment:finished", "sandbox:started", "sandbox:finished",
       "agent_setup:started", "agent_setup:finished", "agent:started", "agent:finished",
+      "outputs:started", "outputs:finished", "grader:started", "grader:finished",
       "verifier:started", "verifier:finished", "collect:started", "collect:finished",
     ]);
     // Every sandbox is gone.
@@ -118,7 +119,7 @@ describe("engine on the local runtime", () => {
     const echoTask = adversarial.filter((t) => t.id === "echo-check");
     const handle = run({ tasks: echoTask, agent: { kind: "code", dir: join(EXAMPLES_DIR, "agents", "echo-agent") } });
     const summary = await handle.done;
-    expect(summary.trials.passed).toBe(1);
+    expect(summary.trials.passed, JSON.stringify((await readResultsFile(handle.runDir))[0])).toBe(1);
     const stdout = await readFile(join(handle.runDir, "trials", "echo-check__1", "agent", "stdout.txt"), "utf8");
     expect(stdout).toContain("file matches env: yes");
     expect(await readFile(join(handle.runDir, "trials", "echo-check__1", "logs", "agent", "instruction.md"), "utf8")).toBe("The magic words are PINEAPPLE-42.");
@@ -284,7 +285,7 @@ describe("engine on the local runtime", () => {
     const handle = run({ tasks, agent: { kind: "nop" }, cacheDir: join(root.path, "repo-cache") });
     await handle.done;
     const r = byTask(await readResultsFile(handle.runDir));
-    expect(r["ws-ok"]).toMatchObject({ status: "passed", reward: 1 });
+    expect(r["ws-ok"], JSON.stringify(r["ws-ok"]?.error)).toMatchObject({ status: "passed", reward: 1 });
     expect(r["ws-install-fails"]).toMatchObject({ status: "error", reward: 0, error: { kind: "setup" } });
     expect(r["ws-install-fails"]?.error?.message).toMatch(/exited with 4: nope/);
     expect(r["ws-bad-commit"]).toMatchObject({ status: "error", reward: null, agent: null, error: { kind: "setup" } });

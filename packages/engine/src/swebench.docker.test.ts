@@ -261,7 +261,8 @@ describe.skipIf(!haveDocker)("SWE-bench instances on Docker (real git mirror, re
     );
     const { results, runDir } = await run("pytest-config", { kind: "code", dir: cheat });
     for (const id of ["calc-1", "calc-2"]) {
-      expect(results[id], id).toMatchObject({ status: "error", reward: 0, error: { kind: "agent", message: "tampered: /testbed/setup.cfg (its pytest configuration changed)" } });
+      expect(results[id], id).toMatchObject({ status: "error", reward: 0, error: { kind: "agent" } });
+      expect(results[id]?.error?.message, id).toMatch(/^tampered: \/testbed\/setup\.cfg /);
     }
     expect(await readFile(join(runDir, "trials", "calc-1__1", "logs", "agent", "setup.cfg"), "utf8")).toContain("addopts = -p passall");
   }, 300_000);
@@ -279,7 +280,8 @@ describe.skipIf(!haveDocker)("SWE-bench instances on Docker (real git mirror, re
     );
     const { results, runDir } = await run("conftest", { kind: "code", dir: cheat });
     for (const id of ["calc-1", "calc-2", "calc-3", "calc-4"]) {
-      expect(results[id], id).toMatchObject({ status: "error", reward: 0, error: { kind: "agent", message: "tampered: /testbed/conftest.py" } });
+      expect(results[id], id).toMatchObject({ status: "error", reward: 0, error: { kind: "agent" } });
+      expect(results[id]?.error?.message, id).toMatch(/^tampered: \/testbed\/conftest\.py /);
     }
     expect(await readFile(join(runDir, "trials", "calc-1__1", "logs", "agent", "conftest.py"), "utf8")).toContain("pytest_runtest_makereport");
   }, 300_000);

@@ -2,7 +2,7 @@ import { lstat, readlink, rm } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { makeOwnedTempDir, removeOrphanTempDirs, SandboxStartError, type Sandbox } from "@proctor/sandbox";
 import { repoUrl } from "../workspace";
-import { CHECKOUT_MS, HOUSEKEEPING_MS, SANDBOX_START_MS, effectiveLimits, message, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
+import { CHECKOUT_MS, HOUSEKEEPING_MS, SANDBOX_START_MS, effectiveLimits, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
 import { installWorkspace } from "../trial/workspace";
 import { containerSettingsFor } from "../trial/grade-competition";
 import { changesRunner, diffRepository, screenStaged, stageFiles, textOf } from "./repo-diff";
@@ -111,10 +111,13 @@ export async function startGraderSandbox(attempt: SandboxAttempt, image: string,
     });
 }
 
-/** Removes `paths` (sandbox paths) in the grader with its trusted shell. */
-async function removeIn(grader: Sandbox, paths: readonly string[], cwd: string, signal: AbortSignal): Promise<void> {
+/** `path` (absolute) relative to the sandbox's root, for a script run with cwd "/" (which every runtime maps). */
+const fromRoot = (path: string) => `./${path.replace(/^\/+/, "")}`;
+
+/** Removes `paths` (absolute sandbox paths) in the grader with its trusted shell. */
+async function removeIn(grader: Sandbox, paths: readonly string[], signal: AbortSignal): Promise<void> {
   if (paths.length === 0) return;
-  const result = await grader.exec(trusted(grader, 'cd "$1" || exit 1; shift; for p in "$@"; do rm -rf -- "$p" || exit 1; done', [cwd, ...paths]), { ...adminOptions(grader), timeoutMs: HOUSEKEEPING_MS, signal });
+  const result = await grader.exec(trusted(grader, 'for p in "$@"; do rm -rf -- "$p" || exit 1; done', paths.map(fromRoot)), { ...adminOptions(grader), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal });
   throwIfAborted(signal);
   if (result.exitCode !== 0) throw new Error(`removing ${paths.slice(0, 3).join(", ")} in the grader's sandbox failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
 }
@@ -125,7 +128,7 @@ async function placeStaged(grader: Sandbox, staged: string, path: string, signal
   if (info.isSymbolicLink()) {
     // upload() would read through a host link: recreate it instead, never following it.
     const target = await readlink(staged);
-    const made = await grader.exec(trusted(grader, 'mkdir -p "$(dirname "$2")" && ln -s -- "$1" "$2"', [target, path]), { ...adminOptions(grader), timeoutMs: HOUSEKEEPING_MS, signal });
+    const made = await grader.exec(trusted(grader, 'mkdir -p "$(dirname "$2")" && ln -s -- "$1" "$2"', [target, fromRoot(path)]), { ...adminOptions(grader), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal });
     if (made.exitCode !== 0) throw new Error(`recreating the link ${path} in the grader's sandbox failed: ${tail(made.stderr)}`);
     return;
   }
@@ -163,7 +166,7 @@ export async function placeOutputs(attempt: SandboxAttempt, grader: Sandbox, cap
     }
     if (placed.tampered.length > 0) return placed;
     for (const { path, staged } of captured.paths) {
-      await removeIn(grader, [path], "/", signal);
+      await removeIn(grader, [path], signal);
       if (staged) await placeStaged(grader, staged, path, signal);
     }
     return placed;
@@ -177,25 +180,21 @@ export async function placeOutputs(attempt: SandboxAttempt, grader: Sandbox, cap
     ws.baseCommit,
     async (base) => {
       const diff = await diffRepository(base, tree);
-      if (diff.tampered.length > 0) return { tampered: diff.tampered, flags: diff.flags, skipped: [] };
+      const inRepo = (p: string) => posix.join(grader.workdir, p);
+      if (diff.tampered.length > 0) return { tampered: diff.tampered.map(inRepo), flags: diff.flags, skipped: [] };
       await grader.upload(base, grader.workdir);
       const installed = await installWorkspace(graderAttempt, "grader-install.log");
-      if (installed !== null) throw new GraderSetupError(`setting up the grader's copy of the repository failed: ${installed}`);
+      // As before the agent, a failed install is recorded (once) and the tests still run.
+      if (installed !== null && !attempt.state.errors.some((e) => e.kind === "setup")) {
+        attempt.state.errors.push({ kind: "setup", message: `the grader's sandbox: ${installed}` });
+      }
       const staging = join(captured.dir, "diff");
       await stageFiles(tree, diff.changed, staging);
-      await removeIn(grader, [...diff.changed, ...diff.deleted], grader.workdir, signal);
+      await removeIn(grader, [...diff.changed, ...diff.deleted].map((p) => posix.join(grader.workdir, p)), signal);
       if (diff.changed.length > 0) await grader.upload(staging, grader.workdir);
-      return { tampered: diff.tampered, flags: diff.flags, skipped: diff.skipped.map((p) => `${p} (bytecode is not carried)`) };
+      return { tampered: diff.tampered.map(inRepo), flags: diff.flags, skipped: diff.skipped.map((p) => `${inRepo(p)} (bytecode is not carried)`) };
     },
     { timeoutMs: CHECKOUT_MS, signal },
   );
 }
 
-/** The task's own setup (install commands) failed in the grader's sandbox: a `setup` error. */
-export class GraderSetupError extends Error {
-  override name = "GraderSetupError";
-}
-
-export function describeError(error: unknown): string {
-  return message(error);
-}

@@ -9,7 +9,7 @@ import { asStopped, assertRunning } from "./sandbox-tools";
 
 export { planGrading, pathsNamedByTests } from "./plan";
 export type { GradingMode, GradingPlan } from "./plan";
-export { OutputsTooLargeError, GraderSetupError, OUTPUTS_TEMP_PREFIX } from "./fresh";
+export { OutputsTooLargeError, OUTPUTS_TEMP_PREFIX } from "./fresh";
 
 /**
  * Grading one trial, after its agent: the one interface both modes implement. The trial calls

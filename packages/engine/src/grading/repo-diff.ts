@@ -49,7 +49,7 @@ export function changesRunner(path: string, before: string | null, after: string
 
 /** Whether `path`'s name makes it a file changesRunner() judges (so only those are read). */
 export function mayChangeRunner(path: string): boolean {
-  return changesRunner(path, null, "\0");
+  return PYTEST_CONFIG_FILES.some((f) => f.path === posix.basename(path)) || changesRunner(path, null, "\0");
 }
 
 const TEST_PATH = /(^|\/)(tests?|testing)\/|(^|\/)test_[^/]*\.py$|_tests?\.py$|(^|\/)conftest\.py$/;
