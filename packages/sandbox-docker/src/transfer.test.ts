@@ -226,4 +226,69 @@ describe.skipIf(!run)("DockerSandbox halt", () => {
     await runtime.drain();
     expect(await until(async () => (await docker.listContainers({ all: true, filters: { id: [sandbox.id] } })).length === 0, 10_000)).toBe(true);
   });
+
+  it("download with links and exclude: links come as links (never followed, here or there), excluded entries are not read; the same running, halted and from the archive API", async () => {
+    const sandbox = await runtime.create({ image: BUSYBOX, labels: tracked.labels });
+    const made = await sandbox.exec({
+      shell: "mkdir -p /work/.git/objects /work/src && echo secret > /work/.git/config && echo code > /work/src/a.py && ln -s /etc/passwd /work/passwd-link && ln -s src /work/src-link && mkfifo /work/fifo",
+    });
+    expect(made.exitCode, made.stderr).toBe(0);
+    const options = { links: true, exclude: [".git"] };
+    const check = async (dir: string) => {
+      expect((await readdir(dir)).sort()).toEqual(["passwd-link", "src", "src-link"]);
+      expect((await lstat(join(dir, "passwd-link"))).isSymbolicLink()).toBe(true);
+      expect(await (await import("node:fs/promises")).readlink(join(dir, "passwd-link"))).toBe("/etc/passwd");
+      expect(await (await import("node:fs/promises")).readlink(join(dir, "src-link"))).toBe("src");
+      expect(await readFile(join(dir, "src", "a.py"), "utf8")).toBe("code\n");
+    };
+    const running = await sandbox.download("/work", join(host, "links-running"), options);
+    await check(join(host, "links-running"));
+    expect(running.skipped.map((s) => s.replace(/^\.\//, ""))).toEqual(["fifo"]);
+    // Without links they are skipped and listed, as before.
+    const plain = await sandbox.download("/work", join(host, "links-plain"), { exclude: [".git"] });
+    expect(plain.skipped.map((s) => s.replace(/^\.\//, "")).sort()).toEqual(["fifo", "passwd-link", "src-link"]);
+
+    await sandbox.halt?.();
+    await sandbox.download("/work", join(host, "links-halted"), options);
+    await check(join(host, "links-halted"));
+    // A path the image also has goes through the archive API (a directory of the image: /etc).
+    const etc = await sandbox.download("/etc", join(host, "links-etc"), { links: true, exclude: ["passwd"] });
+    expect(etc.files).toBeGreaterThan(0);
+    expect((await readdir(join(host, "links-etc"))).includes("passwd")).toBe(false);
+    await sandbox.kill();
+  });
+});
+
+describe("extractBounded", () => {
+  it("never writes through a link the archive made: an entry below one is skipped", async () => {
+    const { extractBounded } = await import("./extract-bounded");
+    const tar = await import("tar");
+    const { Readable } = await import("node:stream");
+    const src = await mkdtemp(join(tmpdir(), "proctor-xb-src-"));
+    const dest = await mkdtemp(join(tmpdir(), "proctor-xb-dest-"));
+    const outside = await mkdtemp(join(tmpdir(), "proctor-xb-outside-"));
+    try {
+      // An archive with "a" -> outside, then "a/planted" (made by hand: tar never writes this itself).
+      await symlink(outside, join(src, "a"));
+      const first = await new Promise<Buffer>((done) => {
+        const chunks: Buffer[] = [];
+        tar.c({ cwd: src, portable: true }, ["a"]).on("data", (c: Buffer) => chunks.push(c)).on("end", () => done(Buffer.concat(chunks)));
+      });
+      await rm(join(src, "a"));
+      await mkdir(join(src, "a"));
+      await writeFile(join(src, "a", "planted"), "x");
+      const second = await new Promise<Buffer>((done) => {
+        const chunks: Buffer[] = [];
+        tar.c({ cwd: src, portable: true }, ["a/planted"]).on("data", (c: Buffer) => chunks.push(c)).on("end", () => done(Buffer.concat(chunks)));
+      });
+      // Concatenated archives: drop the first one's end blocks.
+      const archive = Buffer.concat([first.subarray(0, first.length - 1024), second]);
+      const report = await extractBounded(Readable.from([archive]), dest, { strip: 0, maxBytes: 1_000_000, links: true });
+      expect(await readdir(outside)).toEqual([]);
+      expect(report.skipped).toEqual(["a/planted"]);
+      expect((await lstat(join(dest, "a"))).isSymbolicLink()).toBe(true);
+    } finally {
+      for (const dir of [src, dest, outside]) await rm(dir, { recursive: true, force: true });
+    }
+  });
 });

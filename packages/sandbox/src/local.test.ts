@@ -1,7 +1,7 @@
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, realpathSync } from "node:fs";
-import { chmod, lstat, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
+import { chmod, lstat, readlink, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -250,6 +250,18 @@ describe("files", () => {
     expect(await s.download("/logs", cut, { entries: ["second", "first"], maxBytes: 1000 })).toMatchObject({ truncated: true, bytes: 1000, cutAt: "second/b" });
     expect(await readdir(cut)).toEqual(["second"]);
     await expect(s.download("/logs", cut, { entries: ["a/b"] })).rejects.toThrow(/entries must be plain names/);
+  });
+
+  it("download with links and exclude: links come as links with their target text, never followed; excluded top-level entries are left out", async () => {
+    const s = await sandbox();
+    await s.exec({ shell: 'cd "$PROCTOR_WORKDIR" && mkdir -p .git src && echo secret > .git/config && echo code > src/a.py && ln -s /etc/passwd passwd-link && ln -s src src-link' });
+    const back = join(rootDir, `links-${Date.now()}`);
+    const report = await s.download("/app", back, { links: true, exclude: [".git"] });
+    expect(report.skipped).toEqual([]);
+    expect((await readdir(back)).sort()).toEqual(["passwd-link", "src", "src-link"]);
+    expect(await readlink(join(back, "passwd-link"))).toBe("/etc/passwd");
+    expect(await readlink(join(back, "src-link"))).toBe("src");
+    expect(await readFile(join(back, "src", "a.py"), "utf8")).toBe("code\n");
   });
 
   it("uploads a single file to a path or into an existing dir", async () => {
