@@ -13,3 +13,5 @@ export { ContainerSettingsError, PRIVILEGED_CONSENT_ENV, parseContainerConfig } 
 export type { ContainerConfig } from "./container-config";
 export { findGetfattr, openXattrReader } from "./xattrs";
 export type { NoXattrReader, XattrChoice, XattrReader } from "./xattrs";
+export { dockerHostReport } from "./host-report";
+export type { DockerHostReport } from "./host-report";
