@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { dockerTestGate } from "@proctor/sandbox-docker";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import type { Finding } from "./commands/doctor";
-import { proctor } from "./test-support";
+import { proctor, repoRoot } from "./test-support";
 
 const dockerUp = await dockerTestGate();
 let work: string;
@@ -66,5 +66,28 @@ describe.skipIf(!dockerUp)("with a Docker engine on this host", () => {
     expect(fastPath.found).toMatch(/^container file changes are read from \S+\/overlay2 on this host \(xattrs by @napi-rs\/xattr\)$/);
     expect(about(list, "redis")).toMatchObject({ status: "note", fix: expect.stringContaining("apt-get install redis-server") });
     expect(about(list, "image proctor/base:bookworm").status).toBe("ok");
+  });
+
+  test("a run whose container changes go to the daemon says so in one warning line with the cost and the fix, and scores the same", async () => {
+    const tasks = join(repoRoot, "examples/tasks");
+    const args = (runId: string) => ["run", tasks, "-a", "oracle", "--runtime", "docker", "-n", "4", "-o", join(work, "runs"), "--run-id", runId, "--json"];
+    const slow = await proctor(args("slow-path"), { env: { PROCTOR_OVERLAY_XATTRS: "none" } });
+    expect(slow.code, slow.stderr).toBe(0);
+    const warnings = slow.stderr.split("\n").filter((line) => line.startsWith("warning: "));
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatch(/^warning: Docker: container file changes are listed by the daemon, which walks the whole image \(\d+\.\d\d s for this first listing, up to two per trial; .*\), because reading overlay xattrs on the host is turned off \(PROCTOR_OVERLAY_XATTRS=none, or the runtime's overlayXattrs option\)\. Fix: unset PROCTOR_OVERLAY_XATTRS/);
+
+    const fast = await proctor(args("fast-path"));
+    expect(fast.code, fast.stderr).toBe(0);
+    expect(fast.stderr).not.toContain("warning: ");
+    const scores = (stdout: string) => (JSON.parse(stdout) as { trials: unknown; passRate: number }).trials;
+    expect(scores(slow.stdout)).toEqual(scores(fast.stdout));
+    expect(scores(fast.stdout)).toMatchObject({ errored: 0, failed: 0 });
+  });
+
+  test("a bad PROCTOR_OVERLAY_XATTRS is one line naming it, exit 3", async () => {
+    const run = await proctor(["run", join(repoRoot, "examples/tasks"), "--runtime", "docker", "-o", join(work, "runs")], { env: { PROCTOR_OVERLAY_XATTRS: "fast" } });
+    expect(run.code).toBe(3);
+    expect(run.stderr.trim()).toBe('proctor: PROCTOR_OVERLAY_XATTRS must be one of auto, native, getfattr, none; got "fast" (unset it for auto)');
   });
 });

@@ -174,7 +174,7 @@ os.setxattr("/usr/bin/dash", "security.capability", bytes.fromhex("0100000200200
 
         expect(warnings).toHaveLength(1);
         expect(warnings[0]).toMatch(/^Docker: container file changes are listed by the daemon, which walks the whole image \(\d+\.\d\d s for this first listing/);
-        expect(warnings[0]).toContain("because reading overlay xattrs on the host is turned off for this runtime");
+        expect(warnings[0]).toContain("because reading overlay xattrs on the host is turned off (PROCTOR_OVERLAY_XATTRS=none, or the runtime's overlayXattrs option). Fix: unset PROCTOR_OVERLAY_XATTRS");
         expect(warnings[0]).toContain("Fix: ");
         expect(warnings[0]).not.toContain("\n");
 

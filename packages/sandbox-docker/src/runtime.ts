@@ -66,9 +66,19 @@ export interface DockerRuntimeOptions {
    * How `changes()` reads the overlay xattrs of a container's layers on this host: `auto` (the
    * prebuilt @napi-rs/xattr binding, else getfattr), one of `native` / `getfattr`, or `none`
    * (every listing asks the daemon, which walks the whole image; the runtime warns once).
-   * Default auto.
+   * Default: PROCTOR_OVERLAY_XATTRS if set, else auto.
    */
   overlayXattrs?: XattrChoice;
+}
+
+const XATTR_CHOICES: readonly XattrChoice[] = ["auto", "native", "getfattr", "none"];
+
+/** PROCTOR_OVERLAY_XATTRS (to compare the readers, or the daemon's listing, without code); auto when unset. */
+function xattrChoiceFromEnv(): XattrChoice {
+  const value = process.env.PROCTOR_OVERLAY_XATTRS;
+  if (value === undefined || value === "") return "auto";
+  if ((XATTR_CHOICES as readonly string[]).includes(value)) return value as XattrChoice;
+  throw new RuntimeUnavailableError(`PROCTOR_OVERLAY_XATTRS must be one of ${XATTR_CHOICES.join(", ")}; got "${value}" (unset it for auto)`);
 }
 
 export const DEFAULT_WARM_POOL = 4;
@@ -168,7 +178,7 @@ export class DockerRuntime implements SandboxRuntime {
     this.execChannel = options.execChannel ?? process.env.PROCTOR_EXEC_CHANNEL !== "0";
     this.channelStartTimeoutMs = options.channelStartTimeoutMs;
     this.images = new ImageResolver(this.docker, this.logger);
-    this.fastPath = new ChangesFastPath(options.overlayXattrs ?? "auto", this.logger);
+    this.fastPath = new ChangesFastPath(options.overlayXattrs ?? xattrChoiceFromEnv(), this.logger);
     this.pool = new WarmPool<DockerSandbox>({
       max: options.warmPool ?? DEFAULT_WARM_POOL,
       idleMs: WARM_IDLE_MS,

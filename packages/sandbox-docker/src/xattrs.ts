@@ -75,7 +75,7 @@ export async function findGetfattr(): Promise<string | null> {
 
 /** The reader `choice` gives on this host, or why there is none and what would give one. */
 export async function openXattrReader(choice: XattrChoice = "auto"): Promise<XattrReader | NoXattrReader> {
-  if (choice === "none") return { unavailable: "reading overlay xattrs on the host is turned off for this runtime", fix: "leave the runtime's overlayXattrs option at auto" };
+  if (choice === "none") return { unavailable: "reading overlay xattrs on the host is turned off (PROCTOR_OVERLAY_XATTRS=none, or the runtime's overlayXattrs option)", fix: "unset PROCTOR_OVERLAY_XATTRS (or set overlayXattrs to auto)" };
   const reasons: string[] = [];
   if (choice === "auto" || choice === "native") {
     const binding = await loadNative();
