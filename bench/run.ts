@@ -37,7 +37,7 @@ const BENCHES: Bench[] = [
   { name: "llm-loop", docker: false, quick: ["--trials", "10", "--turns", "20"], full: [] },
   { name: "viewer", docker: false, quick: ["--trials", "2000", "--rounds", "3"], full: [] },
   { name: "sandbox-exec", docker: true, quick: ["--execs", "20", "--lifecycles", "5"], full: [] },
-  { name: "trial-overhead", docker: true, quick: ["--trials", "24", "--parallel", "8", "--rounds", "1"], full: [] },
+  { name: "trial-overhead", docker: true, quick: ["--trials", "48", "--parallel", "8", "--rounds", "1"], full: [] },
   { name: "slots", docker: true, quick: ["--rollouts", "200", "--naive-rollouts", "24"], full: [] },
   { name: "queue", docker: false, quick: ["--trials", "400", "--tasks", "20"], full: [] },
   { name: "swe-checkout", docker: false, quick: ["--instances", "5", "--commits", "1000"], full: [] },
