@@ -32,7 +32,7 @@ interface Bench {
 
 const BENCHES: Bench[] = [
   { name: "auth-verify", docker: false, quick: ["--seconds", "0.5", "--rounds", "3"], full: [] },
-  { name: "extract", docker: false, quick: ["--size-mb", "100"], full: [] },
+  { name: "extract", docker: false, quick: ["--size-mb", "100", "--rounds", "3"], full: [] },
   { name: "server", docker: false, quick: ["--tasks", "200", "--subscribers", "250", "--duration", "2"], full: [] },
   { name: "llm-loop", docker: false, quick: ["--trials", "10", "--turns", "20"], full: [] },
   { name: "viewer", docker: false, quick: ["--trials", "2000", "--rounds", "3"], full: [] },
