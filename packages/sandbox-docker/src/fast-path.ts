@@ -33,7 +33,7 @@ export class ChangesFastPath {
 }
 
 /** The one line that says the slow path is taken, what it costs and how to leave it. */
-export function slowChangesWarning(why: NoFastPath, daemonMs: number): string {
+function slowChangesWarning(why: NoFastPath, daemonMs: number): string {
   return (
     `Docker: container file changes are listed by the daemon, which walks the whole image ` +
     `(${(daemonMs / 1000).toFixed(2)} s for this first listing, up to two per trial; read from the overlay layers on this host it takes milliseconds), ` +

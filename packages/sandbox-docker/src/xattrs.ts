@@ -31,13 +31,13 @@ export interface NoXattrReader {
 }
 
 /** The xattrs that matter to a container's changes: overlay bookkeeping and file capabilities. */
-export const OVERLAY_XATTR = /^(trusted\.overlay\..*|security\.capability)$/;
+const OVERLAY_XATTR = /^(trusted\.overlay\..*|security\.capability)$/;
 const NATIVE_NAME = "@napi-rs/xattr";
 /** Paths read at once by the binding (each call is a job on libuv's thread pool). */
 const NATIVE_BATCH = 64;
 /** Bytes of paths (with their argv pointers) per getfattr call, well under Linux's 2 MiB ARG_MAX. */
 const ARGS_BYTES = 512 * 1024;
-export const XATTR_FIX = "run pnpm install (it installs the prebuilt @napi-rs/xattr binding), or apt-get install attr (getfattr)";
+const XATTR_FIX = "run pnpm install (it installs the prebuilt @napi-rs/xattr binding), or apt-get install attr (getfattr)";
 
 interface NativeXattr {
   listAttributes(path: string): Promise<string[]>;
@@ -47,7 +47,7 @@ interface NativeXattr {
 let native: Promise<NativeXattr | string> | undefined;
 /** The binding, loaded and tried once per process, or why it is not usable. */
 function loadNative(): Promise<NativeXattr | string> {
-  native ??= import(NATIVE_NAME).then(
+  native ??= import("@napi-rs/xattr").then(
     async (module: { default?: NativeXattr } & Partial<NativeXattr>) => {
       const binding = (module.default ?? module) as NativeXattr;
       if (typeof binding.listAttributes !== "function" || typeof binding.getAttribute !== "function") return `${NATIVE_NAME} lacks listAttributes/getAttribute`;

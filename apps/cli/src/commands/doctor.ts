@@ -12,7 +12,7 @@ import { DEFAULT_DOCKER_IMAGE } from "../runtime";
  * each gap. Changes nothing. Exit 0 when every finding is ok or an optional tool is absent
  * (`note`), 1 when something makes runs slower (`slow`) or unable to use a part (`missing`).
  */
-export type FindingStatus = "ok" | "note" | "slow" | "missing";
+type FindingStatus = "ok" | "note" | "slow" | "missing";
 
 export interface Finding {
   status: FindingStatus;
@@ -38,7 +38,7 @@ export async function doctorCommand(options: { out: string; json: boolean }): Pr
   return findings.some((f) => f.status === "slow" || f.status === "missing") ? 1 : 0;
 }
 
-export async function diagnose(runsRoot: string): Promise<Finding[]> {
+async function diagnose(runsRoot: string): Promise<Finding[]> {
   const findings: Finding[] = [node()];
   const docker = await dockerHostReport({ images: [DEFAULT_DOCKER_IMAGE, BUSYBOX_IMAGE] });
   findings.push(...dockerFindings(docker));
