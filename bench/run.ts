@@ -32,12 +32,12 @@ interface Bench {
 
 const BENCHES: Bench[] = [
   { name: "auth-verify", docker: false, quick: ["--seconds", "0.5", "--rounds", "3"], full: [] },
-  { name: "extract", docker: false, quick: ["--size-mb", "100"], full: [] },
+  { name: "extract", docker: false, quick: ["--size-mb", "100", "--rounds", "3"], full: [] },
   { name: "server", docker: false, quick: ["--tasks", "200", "--subscribers", "250", "--duration", "2"], full: [] },
   { name: "llm-loop", docker: false, quick: ["--trials", "10", "--turns", "20"], full: [] },
   { name: "viewer", docker: false, quick: ["--trials", "2000", "--rounds", "3"], full: [] },
   { name: "sandbox-exec", docker: true, quick: ["--execs", "20", "--lifecycles", "5"], full: [] },
-  { name: "trial-overhead", docker: true, quick: ["--trials", "24", "--parallel", "8", "--rounds", "1"], full: [] },
+  { name: "trial-overhead", docker: true, quick: ["--trials", "48", "--parallel", "8", "--rounds", "1"], full: [] },
   { name: "slots", docker: true, quick: ["--rollouts", "200", "--naive-rollouts", "24"], full: [] },
   { name: "queue", docker: false, quick: ["--trials", "400", "--tasks", "20"], full: [] },
   { name: "swe-checkout", docker: false, quick: ["--instances", "5", "--commits", "1000"], full: [] },

@@ -1,10 +1,13 @@
 /**
- * Epistula v2 verification throughput on one core: full `verifyRequest` calls per second (header
- * parsing, SS58 decode, allowlist, body sha256, sr25519, replay cache) beside the raw sr25519
- * verify rate of the same library, measured in the same run, and their ratio.
+ * Epistula v2 verification throughput on one thread: full `verifyRequest` calls per CPU second
+ * (header parsing, SS58 decode, allowlist, body sha256, sr25519, replay cache) beside the raw
+ * sr25519 verify rate of the same engine, measured in the same run, and their ratio: for the
+ * default verifier (schnorrkel in WebAssembly once loaded) and for @scure/sr25519 (what the
+ * default answers with until then).
  *
  *   node --conditions=@proctor/source --import tsx bench/auth-verify/index.ts [--seconds 1] [--rounds 3] [--body-bytes 1024]
  */
+import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -14,9 +17,10 @@ import {
   Allowlist,
   Keypair,
   ReplayCache,
-  loadSchnorrkelWasm,
+  defaultSr25519,
   scureSr25519,
   signRequest,
+  sr25519Ready,
   verifyRequest,
   type Sr25519Verifier,
 } from "../../packages/auth/src/index";
@@ -39,18 +43,13 @@ const requestCount = Number(values.requests);
 const authDir = join(dirname(fileURLToPath(import.meta.url)), "../../packages/auth");
 const requireFromAuth = createRequire(join(authDir, "package.json"));
 const scure = (await import(pathToFileURL(requireFromAuth.resolve("@scure/sr25519")).href)) as typeof import("@scure/sr25519");
-let schnorrkel: typeof import("@polkadot/wasm-crypto") | undefined;
-let wasmVerifier: Sr25519Verifier | undefined;
-try {
-  // Its ESM entry, the module instance loadSchnorrkelWasm() initialises. require.resolve only
-  // sees the "require" condition (cjs/), whose package root is one level up.
-  const cjsDir = dirname(requireFromAuth.resolve("@polkadot/wasm-crypto/package.json"));
-  const wasmDir = cjsDir.endsWith("/cjs") ? dirname(cjsDir) : cjsDir;
-  schnorrkel = (await import(pathToFileURL(join(wasmDir, "index.js")).href)) as typeof import("@polkadot/wasm-crypto");
-  wasmVerifier = await loadSchnorrkelWasm();
-} catch (error) {
-  console.log(`(skipping the wasm engine: ${(error as Error).message})`);
-}
+// Its ESM entry, the module instance the default verifier initialises. require.resolve only
+// sees the "require" condition (cjs/), whose package root is one level up.
+const cjsDir = dirname(requireFromAuth.resolve("@polkadot/wasm-crypto/package.json"));
+const wasmDir = cjsDir.endsWith("/cjs") ? dirname(cjsDir) : cjsDir;
+const schnorrkel = (await import(pathToFileURL(join(wasmDir, "index.js")).href)) as typeof import("@polkadot/wasm-crypto");
+// What a server that verifies gets by default once the engine has loaded (tens of ms after the first verification).
+const defaultEngine = await sr25519Ready();
 
 // A realistic server: 100 allowlisted validators, node-style lowercase headers, a JSON-ish body.
 const signer = Keypair.generate();
@@ -65,17 +64,24 @@ const rawMessage = new TextEncoder().encode(`${"ab".repeat(32)}.3fa85f64-5717-45
 const rawSignature = signer.sign(rawMessage);
 const publicKey = signer.publicKey;
 
-/** Calls of `fn` per second over `seconds` of wall time on this thread. */
-function rate(fn: (i: number) => void): number {
+/**
+ * Calls of `fn` per second of this process's CPU time (user + system) over `seconds` of wall
+ * time: on a shared machine, other processes' load lowers the calls per wall second but hardly
+ * the calls per CPU second. The wall rate is kept to print beside it.
+ */
+function rate(fn: (i: number) => void, wallRates: number[]): number {
   let n = 0;
   const start = performance.now();
+  const cpuStart = process.cpuUsage();
   const end = start + seconds * 1000;
   let t = start;
   while (t < end) {
     for (let k = 0; k < 10; k++) fn(n++);
     t = performance.now();
   }
-  return n / ((t - start) / 1000);
+  const cpu = process.cpuUsage(cpuStart);
+  wallRates.push(n / ((t - start) / 1000));
+  return n / ((cpu.user + cpu.system) / 1e6);
 }
 
 function fullVerify(verifier: Sr25519Verifier): (i: number) => void {
@@ -94,30 +100,30 @@ interface Engine {
   full: (i: number) => void;
   rawRates: number[];
   fullRates: number[];
+  fullWallRates: number[];
 }
 const engines: Engine[] = [
   {
-    name: "@scure/sr25519 (default)",
+    name: `default (${defaultEngine})`,
+    raw: () => {
+      if (!schnorrkel.sr25519Verify(rawSignature, rawMessage, publicKey)) throw new Error("raw verify failed");
+    },
+    full: fullVerify(defaultSr25519),
+    rawRates: [],
+    fullRates: [],
+    fullWallRates: [],
+  },
+  {
+    name: "@scure/sr25519 (before the load)",
     raw: () => {
       if (!scure.verify(rawMessage, rawSignature, publicKey)) throw new Error("raw verify failed");
     },
     full: fullVerify(scureSr25519),
     rawRates: [],
     fullRates: [],
+    fullWallRates: [],
   },
 ];
-if (schnorrkel && wasmVerifier) {
-  const wasm = schnorrkel;
-  engines.push({
-    name: "@polkadot/wasm-crypto (opt-in)",
-    raw: () => {
-      if (!wasm.sr25519Verify(rawSignature, rawMessage, publicKey)) throw new Error("raw verify failed");
-    },
-    full: fullVerify(wasmVerifier),
-    rawRates: [],
-    fullRates: [],
-  });
-}
 
 // Warm up the JIT, then interleave rounds so load from other processes hits every phase alike.
 for (const e of engines) {
@@ -128,30 +134,32 @@ for (const e of engines) {
 }
 for (let r = 0; r < rounds; r++) {
   for (const e of engines) {
-    e.rawRates.push(rate(e.raw));
-    e.fullRates.push(rate(e.full));
+    e.rawRates.push(rate(e.raw, []));
+    e.fullRates.push(rate(e.full, e.fullWallRates));
   }
 }
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? Number.NaN;
 
-console.log(`auth-verify: Epistula v2 verifyRequest vs raw sr25519 verify, one core, ${bodyBytes} B body, 100-key allowlist, median of ${rounds} x ${seconds} s`);
-console.log(`${"engine".padEnd(32)}${"raw verify/s".padStart(14)}${"full verify/s".padStart(15)}${"full/raw".padStart(10)}`);
+console.log(`auth-verify: Epistula v2 verifyRequest vs raw sr25519 verify, one thread, ${bodyBytes} B body, 100-key allowlist, median of ${rounds} x ${seconds} s; rates per CPU second of this process (per wall second in the last column); load average ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")}`);
+console.log(`${"engine".padEnd(48)}${"raw verify/s".padStart(14)}${"full verify/s".padStart(15)}${"full/raw".padStart(10)}${"full/wall s".padStart(13)}`);
 for (const e of engines) {
   const raw = median(e.rawRates);
   const full = median(e.fullRates);
-  console.log(`${e.name.padEnd(32)}${raw.toFixed(0).padStart(14)}${full.toFixed(0).padStart(15)}${(full / raw).toFixed(2).padStart(10)}`);
+  console.log(`${e.name.padEnd(48)}${raw.toFixed(0).padStart(14)}${full.toFixed(0).padStart(15)}${(full / raw).toFixed(2).padStart(10)}${median(e.fullWallRates).toFixed(0).padStart(13)}`);
 }
-for (const e of engines) {
+for (const [i, e] of engines.entries()) {
   const full = median(e.fullRates);
   const raw = median(e.rawRates);
-  console.log(`target >= 1000 full verifications/s with ${e.name}: ${full >= 1000 ? "met" : "NOT met"} (${full.toFixed(0)}/s)`);
+  // The target is on what a server gets by default; the pure-TS engine only answers until the fast one has loaded.
+  const target = i === 0;
+  if (target) console.log(`target >= 1000 full verifications/s with the default verifier: ${full >= 1000 ? "met" : "NOT met"} (${full.toFixed(0)}/s)`);
   reportFigure({
     bench: "auth-verify",
-    figure: `Epistula v2 verifyRequest on one core, ${e.name}`,
+    figure: `Epistula v2 verifyRequest per CPU second, ${e.name}`,
     proctor: { value: full, unit: "/s" },
     baseline: { value: raw, unit: "/s", label: "raw sr25519 verify" },
     ratio: full / raw,
     ratioMeaning: "full verify rate / raw verify rate",
-    target: { on: "proctor", op: ">=", value: 1000, unit: "/s" },
+    target: target ? { on: "proctor", op: ">=", value: 1000, unit: "/s" } : null,
   });
 }

@@ -4,7 +4,9 @@
  * parallelism (run -d, exec agent, cp tests, exec verifier, cp reward, rm -f), and vs the floor:
  * the same number of bare `docker run --rm --network none IMG true` at the same parallelism (a
  * container's start and removal, nothing else), in one run: `--rounds` rounds of the three
- * sides, the order rotating, so load drift hits them alike.
+ * sides, the order rotating, so load drift hits them alike. Each side also runs 1 trial per round;
+ * the figures with targets are N trials minus that 1 (the fixed costs, proctor's CLI start-up
+ * above all, cancel out), so a small --trials measures the same thing as a large one.
  *
  *   node --conditions=@proctor/source --import tsx bench/trial-overhead/index.ts [--trials 100] [--parallel 8] [--rounds 2]
  */
@@ -70,16 +72,17 @@ async function pool(count: number, width: number, job: (i: number) => Promise<vo
 }
 
 /** Runs proctor; fails if the run left any container behind. */
-async function proctorRun(tasksDir: string, outDir: string, runId: string): Promise<void> {
-  await proctorCli(tasksDir, outDir, runId);
+async function proctorRun(tasksDir: string, outDir: string, runId: string, extraArgs: string[]): Promise<void> {
+  await proctorCli(tasksDir, outDir, runId, extraArgs);
   const left = (await run("docker", ["ps", "-aq", "--filter", `label=proctor.run=${runId}`])).stdout.trim();
   if (left !== "") throw new Error(`proctor run ${runId} left containers behind: ${left.replace(/\n/g, " ")}`);
 }
 
-function proctorCli(tasksDir: string, outDir: string, runId: string): Promise<void> {
+function proctorCli(tasksDir: string, outDir: string, runId: string, extraArgs: string[]): Promise<void> {
+  const expected = extraArgs.length > 0 ? 1 : trials;
   return new Promise((done, fail) => {
     const child = spawn(process.execPath, ["--conditions=@proctor/source", "--import", "tsx", join(repo, "apps/cli/src/main.ts"),
-      "run", tasksDir, "-a", "nop", "--runtime", "docker", "-n", String(parallel), "-o", outDir, "--run-id", runId, "--json"], { stdio: ["ignore", "pipe", "pipe"] });
+      "run", tasksDir, "-a", "nop", "--runtime", "docker", "-n", String(parallel), "-o", outDir, "--run-id", runId, "--json", ...extraArgs], { stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (c: Buffer) => (stdout += c));
@@ -87,7 +90,8 @@ function proctorCli(tasksDir: string, outDir: string, runId: string): Promise<vo
     child.on("close", (code) => {
       if (code !== 0) return fail(new Error(`proctor run exited ${code}: ${stderr.slice(-2000)}`));
       const summary = JSON.parse(stdout);
-      if (summary.trials.passed !== trials) return fail(new Error(`expected ${trials} passed trials, got ${JSON.stringify(summary.trials)}`));
+      if (stderr.includes("warning: Docker: container file changes are listed by the daemon")) process.stderr.write(`proctor run said: ${stderr.split("\n").find((line) => line.startsWith("warning: Docker:"))}\n`);
+      if (summary.trials.passed !== expected) return fail(new Error(`expected ${expected} passed trials, got ${JSON.stringify(summary.trials)}`));
       done();
     });
   });
@@ -97,73 +101,132 @@ function load(): string {
   return readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
 }
 
+/** Busy CPU of the whole machine so far (every process: proctor, dockerd, containerd, runc...), in ms. */
+function busyCpuMs(): number {
+  const fields = (readFileSync("/proc/stat", "utf8").split("\n")[0] ?? "").trim().split(/\s+/).slice(1).map(Number);
+  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = fields;
+  return ((user + nice + system + irq + softirq + steal) * 1000) / 100; // USER_HZ is 100 on Linux
+}
+
+/** One side of a round: its wall and the machine's busy CPU over N trials and over 1 (which holds the fixed costs: CLI start-up, the run's set-up). */
+interface Side {
+  name: string;
+  /** Runs `count` trials (all of them, or only the first). */
+  once(count: "all" | "one", round: number): Promise<void>;
+}
+interface Timing { wallMs: number; cpuMs: number }
+const zero = (): Timing => ({ wallMs: 0, cpuMs: 0 });
+async function timed(job: () => Promise<void>): Promise<Timing> {
+  const cpu = busyCpuMs();
+  const t = performance.now();
+  await job();
+  return { wallMs: performance.now() - t, cpuMs: busyCpuMs() - cpu };
+}
+
+const ONE_RUNS = 3;
+
 const work = await mkdtemp(join(tmpdir(), "proctor-bench-trials-"));
 try {
   await makeTasks(join(work, "tasks"));
   const testsDir = join(work, "tasks", "trivial-000", "tests");
   console.log(`trial-overhead: ${trials} trivial trials per side per round, ${rounds} round(s), parallelism ${parallel}, image ${image}`);
+  console.log(`each side also runs 1 trial ${ONE_RUNS} times per round: N trials minus the median 1-trial run is the cost of N-1 trials without the fixed costs (proctor's CLI start-up, a run's set-up)`);
   console.log(`load average at start: ${load()}`);
 
-  // Alternate the order each round so drift in machine load hits both sides alike.
-  const cliTimes: number[] = [];
-  const proctorTimes: number[] = [];
-  const floorTimes: number[] = [];
-  for (let round = 1; round <= rounds; round++) {
-    const sides = [
-      async () => {
-        const out = join(work, `cli-out-${round}`);
+  const sides: Side[] = [
+    {
+      name: "docker CLI",
+      async once(count, round) {
+        const out = join(work, `cli-out-${round}-${count}`);
         await mkdir(out);
-        const t = performance.now();
-        await pool(trials, parallel, (i) => cliTrial(i, testsDir, out));
-        cliTimes.push(performance.now() - t);
+        await pool(count === "all" ? trials : 1, parallel, (i) => cliTrial(i, testsDir, out));
       },
-      async () => {
-        const t = performance.now();
-        await proctorRun(join(work, "tasks"), join(work, `runs-${round}`), `bench-trial-overhead-${process.pid}-${round}`);
-        proctorTimes.push(performance.now() - t);
+    },
+    {
+      name: "proctor",
+      async once(count, round) {
+        const runId = `bench-trial-overhead-${process.pid}-${round}-${count}`;
+        await proctorRun(join(work, "tasks"), join(work, `runs-${round}-${count}`), runId, count === "one" ? ["-i", "trivial-000"] : []);
       },
-      async () => {
-        const t = performance.now();
-        await pool(trials, parallel, () => floorTrial());
-        floorTimes.push(performance.now() - t);
+    },
+    {
+      name: "floor",
+      async once(count) {
+        await pool(count === "all" ? trials : 1, parallel, () => floorTrial());
       },
-    ];
+    },
+  ];
+  const totals = new Map(sides.map((side) => [side.name, { all: zero(), one: zero() }]));
+  const add = (into: Timing, t: Timing) => {
+    into.wallMs += t.wallMs;
+    into.cpuMs += t.cpuMs;
+  };
+  for (let round = 1; round <= rounds; round++) {
     // Rotate the order each round so drift in machine load hits every side alike.
-    for (let k = 0; k < (round - 1) % sides.length; k++) sides.push(sides.shift()!);
-    for (const side of sides) await side();
-    const [cliMs, proctorMs, floorMs] = [cliTimes.at(-1)!, proctorTimes.at(-1)!, floorTimes.at(-1)!];
+    const order = sides.slice((round - 1) % sides.length).concat(sides.slice(0, (round - 1) % sides.length));
+    const now = new Map<string, { all: Timing; one: Timing }>();
+    for (const side of order) {
+      // The fixed costs: the median of ONE_RUNS 1-trial runs (one run alone is too noisy to subtract).
+      const ones: Timing[] = [];
+      for (let k = 0; k < ONE_RUNS; k++) ones.push(await timed(() => side.once("one", round * 100 + k)));
+      ones.sort((x, y) => x.wallMs - y.wallMs);
+      const one = ones[Math.floor(ONE_RUNS / 2)]!;
+      const all = await timed(() => side.once("all", round));
+      now.set(side.name, { all, one });
+      const total = totals.get(side.name)!;
+      add(total.all, all);
+      add(total.one, one);
+    }
+    const [cli, proctor, floor] = ["docker CLI", "proctor", "floor"].map((name) => now.get(name)!) as [{ all: Timing; one: Timing }, { all: Timing; one: Timing }, { all: Timing; one: Timing }];
+    const marginal = (x: { all: Timing; one: Timing }) => x.all.wallMs - x.one.wallMs;
     console.log(
-      `round ${round}: docker CLI ${(cliMs / 1000).toFixed(1)} s (${(cliMs / trials).toFixed(0)} ms/trial wall), ` +
-        `proctor ${(proctorMs / 1000).toFixed(1)} s (${(proctorMs / trials).toFixed(0)} ms/trial wall, CLI start-up included), ` +
-        `floor (docker run --rm true) ${(floorMs / 1000).toFixed(1)} s; ratios ${(proctorMs / cliMs).toFixed(2)}x CLI, ${(proctorMs / floorMs).toFixed(2)}x floor; load ${load()}`,
+      `round ${round}: ${trials} trials: docker CLI ${(cli.all.wallMs / 1000).toFixed(1)} s, proctor ${(proctor.all.wallMs / 1000).toFixed(1)} s, floor ${(floor.all.wallMs / 1000).toFixed(1)} s; ` +
+        `1 trial: ${(cli.one.wallMs / 1000).toFixed(1)} s, ${(proctor.one.wallMs / 1000).toFixed(1)} s, ${(floor.one.wallMs / 1000).toFixed(1)} s; ` +
+        `proctor / CLI ${(proctor.all.wallMs / cli.all.wallMs).toFixed(2)}x (start-up subtracted ${(marginal(proctor) / marginal(cli)).toFixed(2)}x), ` +
+        `proctor / floor ${(proctor.all.wallMs / floor.all.wallMs).toFixed(2)}x (start-up subtracted ${(marginal(proctor) / marginal(floor)).toFixed(2)}x); load ${load()}`,
     );
   }
-  const floorMs = floorTimes.reduce((a, b) => a + b, 0);
-  const cliMs = cliTimes.reduce((a, b) => a + b, 0);
-  const proctorMs = proctorTimes.reduce((a, b) => a + b, 0);
+  const [cli, proctor, floor] = ["docker CLI", "proctor", "floor"].map((name) => totals.get(name)!) as [{ all: Timing; one: Timing }, { all: Timing; one: Timing }, { all: Timing; one: Timing }];
   const n = trials * rounds;
-  console.log(`docker CLI pipeline : ${(cliMs / 1000).toFixed(1)} s  (${(cliMs / n).toFixed(0)} ms/trial wall)`);
-  console.log(`proctor run -n ${parallel}    : ${(proctorMs / 1000).toFixed(1)} s  (${(proctorMs / n).toFixed(0)} ms/trial wall, CLI start-up included)`);
-  console.log(`per-trial time in proctor (wall x parallelism / trials): ${((proctorMs * parallel) / n).toFixed(0)} ms; docker CLI: ${((cliMs * parallel) / n).toFixed(0)} ms`);
-  console.log(`ratio proctor / docker CLI: ${(proctorMs / cliMs).toFixed(2)}x (target <= 0.4x); load average at end: ${load()}`);
-  console.log(`floor, bare docker run --rm --network none ${image} true -P ${parallel}: ${(floorMs / 1000).toFixed(1)} s; ratio proctor / floor: ${(proctorMs / floorMs).toFixed(2)}x (target <= 1.15x)`);
+  const extra = (trials - 1) * rounds;
+  const wall = (x: { all: Timing; one: Timing }) => x.all.wallMs - x.one.wallMs;
+  const cpu = (x: { all: Timing; one: Timing }) => x.all.cpuMs - x.one.cpuMs;
+  console.log(`docker CLI pipeline : ${(cli.all.wallMs / 1000).toFixed(1)} s for ${n} trials; ${(cli.one.wallMs / 1000).toFixed(1)} s for ${rounds} x 1 (medians)`);
+  console.log(`proctor run -n ${parallel}    : ${(proctor.all.wallMs / 1000).toFixed(1)} s for ${n} trials; ${(proctor.one.wallMs / 1000).toFixed(1)} s for ${rounds} x 1 (medians; the CLI's start-up and a run's set-up, plus one trial)`);
+  console.log(`floor (docker run --rm --network none ${image} true, -P ${parallel}): ${(floor.all.wallMs / 1000).toFixed(1)} s for ${n}; ${(floor.one.wallMs / 1000).toFixed(1)} s for ${rounds} x 1 (medians)`);
+  console.log(`with start-up     : proctor / CLI ${(proctor.all.wallMs / cli.all.wallMs).toFixed(2)}x, proctor / floor ${(proctor.all.wallMs / floor.all.wallMs).toFixed(2)}x`);
+  console.log(`start-up subtracted (N trials - 1 trial): proctor / CLI ${(wall(proctor) / wall(cli)).toFixed(2)}x (target <= 0.4x), proctor / floor ${(wall(proctor) / wall(floor)).toFixed(2)}x (target <= 1.15x)`);
+  console.log(
+    `machine busy CPU per trial, start-up subtracted (every process on the machine, others' too): proctor ${(cpu(proctor) / extra).toFixed(0)} ms, CLI ${(cpu(cli) / extra).toFixed(0)} ms, floor ${(cpu(floor) / extra).toFixed(0)} ms; ` +
+      `proctor / floor ${(cpu(proctor) / cpu(floor)).toFixed(2)}x; load average at end: ${load()}`,
+  );
+  const figure = `${trials} trivial trials x ${rounds} round(s), -n ${parallel}`;
   reportFigure({
     bench: "trial-overhead",
-    figure: `${trials} trivial trials x ${rounds} round(s), -n ${parallel}, wall time`,
-    proctor: { value: proctorMs / 1000, unit: "s" },
-    baseline: { value: cliMs / 1000, unit: "s", label: "docker CLI pipeline" },
-    ratio: proctorMs / cliMs,
-    ratioMeaning: "proctor run / docker CLI pipeline",
+    figure: `${figure}, wall minus a 1-trial run (start-up)`,
+    proctor: { value: wall(proctor) / 1000, unit: "s" },
+    baseline: { value: wall(cli) / 1000, unit: "s", label: "docker CLI pipeline, same" },
+    ratio: wall(proctor) / wall(cli),
+    ratioMeaning: "proctor run / docker CLI pipeline, each minus its 1-trial run",
     target: { on: "ratio", op: "<=", value: 0.4 },
   });
   reportFigure({
     bench: "trial-overhead",
-    figure: `${trials} trivial trials x ${rounds} round(s), -n ${parallel}, wall time vs the floor`,
-    proctor: { value: proctorMs / 1000, unit: "s" },
-    baseline: { value: floorMs / 1000, unit: "s", label: "bare docker run --rm --network none IMG true" },
-    ratio: proctorMs / floorMs,
-    ratioMeaning: "proctor run / bare docker run",
+    figure: `${figure}, wall minus a 1-trial run, vs the floor`,
+    proctor: { value: wall(proctor) / 1000, unit: "s" },
+    baseline: { value: wall(floor) / 1000, unit: "s", label: "bare docker run --rm --network none IMG true, same" },
+    ratio: wall(proctor) / wall(floor),
+    ratioMeaning: "proctor run / bare docker run, each minus its 1-trial run",
     target: { on: "ratio", op: "<=", value: 1.15 },
+  });
+  reportFigure({
+    bench: "trial-overhead",
+    figure: `${figure}, wall with start-up, vs the floor`,
+    proctor: { value: proctor.all.wallMs / 1000, unit: "s" },
+    baseline: { value: floor.all.wallMs / 1000, unit: "s", label: "bare docker run --rm --network none IMG true" },
+    ratio: proctor.all.wallMs / floor.all.wallMs,
+    ratioMeaning: "proctor run / bare docker run, start-up included",
+    target: null,
   });
 } finally {
   await run("bash", ["-c", "docker rm -f $(docker ps -aq --filter label=proctor.bench=trial-overhead) >/dev/null 2>&1 || true"]);

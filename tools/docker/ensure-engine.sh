@@ -5,8 +5,10 @@ set -euo pipefail
 
 answers() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 
-# getfattr lets the Docker runtime read a container's changes from its overlay layers (a few ms)
-# instead of the daemon's walk of the whole image (~0.7 s per container); without it, the slow way.
+# The Docker runtime reads a container's changes from its overlay layers (a few ms) instead of
+# the daemon's walk of the whole image (~0.7 s per listing). It reads their xattrs with the
+# @napi-rs/xattr binding that `pnpm install` brings, else with getfattr: installed here as the
+# second way (tools/images/build.sh does the same).
 if ! command -v getfattr >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   echo "docker engine: installing Debian's attr (getfattr)"
   export DEBIAN_FRONTEND=noninteractive

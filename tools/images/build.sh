@@ -54,9 +54,20 @@ if ! docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
   exit 0
 fi
 
+# getfattr is the Docker runtime's second way (after the @napi-rs/xattr binding) to read overlay
+# xattrs, which keeps a container's changes a few-ms read on this host. Best effort: no apt, no attr.
+install_attr() {
+  command -v getfattr >/dev/null 2>&1 && return 0
+  command -v apt-get >/dev/null 2>&1 || { echo "images: no apt-get here; getfattr (attr) not installed"; return 0; }
+  echo "images: installing Debian's attr (getfattr)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq attr >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq attr >/dev/null; } ||
+    echo "images: installing attr failed; the Docker runtime still reads changes with the @napi-rs/xattr binding"
+}
+
 case "${1:-all}" in
   busybox) build_busybox ;;
   base) build_base ;;
-  all) build_busybox; build_base ;;
+  all) install_attr; build_busybox; build_base ;;
   *) echo "usage: $0 [all|busybox|base]" >&2; exit 2 ;;
 esac

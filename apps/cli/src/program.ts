@@ -3,6 +3,7 @@ import { runCommand } from "./commands/run";
 import { validateCommand } from "./commands/validate";
 import { tasksListCommand } from "./commands/tasks-list";
 import { gcCommand } from "./commands/gc";
+import { doctorCommand } from "./commands/doctor";
 import { reportCommand } from "./commands/report";
 import { viewCommand } from "./commands/view";
 import { serveCommand } from "./commands/serve";
@@ -338,6 +339,13 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .command("gc")
     .description("remove containers, sandbox roots and temp dirs left behind by dead runs")
     .action(async () => setExitCode(await gcCommand({ logger })));
+
+  program
+    .command("doctor")
+    .description("print what Proctor found on this host (engine, images, fast paths, Redis, Chromium, cache dirs), one line each, with what to do; exit 1 when something is slow or missing")
+    .option("-o, --out <dir>", "runs root directory to check", "runs")
+    .option("--json", "print the findings as JSON", false)
+    .action(async (o: { out: string; json: boolean }) => setExitCode(await doctorCommand(o)));
 
   return program;
 }

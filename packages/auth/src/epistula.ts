@@ -15,7 +15,7 @@ import { contentDigestHeader, CONTENT_DIGEST_HEADER } from "./content-digest";
 import { HeaderReader, type HeadersInput } from "./headers";
 import type { Keypair } from "./keys";
 import type { ReplayStore } from "./replay-cache";
-import { scureSr25519, verifyMessage, type Sr25519Verifier } from "./sr25519";
+import { defaultSr25519, verifyMessage, type Sr25519Verifier } from "./sr25519";
 import { decodeAddress } from "./ss58";
 
 /** Epistula v2 header names, as sent by `signRequest`. Matching is case-insensitive. */
@@ -195,7 +195,7 @@ export function checkHeaders(options: CheckHeadersOptions): CheckedHeaders {
 export interface VerifySignatureOptions {
   /** Server clock when the body has been read (default `Date.now()`). */
   now?: number;
-  /** sr25519 implementation (default `scureSr25519`). */
+  /** sr25519 implementation (default `defaultSr25519`). */
   verifier?: Sr25519Verifier;
 }
 
@@ -225,7 +225,7 @@ export function verifySignature(
     );
   }
   const message = new TextEncoder().encode(epistulaMessage(bodySha256Hex.toLowerCase(), headers.uuid, headers.timestamp, headers.signedFor));
-  if (!verifyMessage(message, headers.signature, headers.publicKey, { verifier: options.verifier ?? scureSr25519 })) {
+  if (!verifyMessage(message, headers.signature, headers.publicKey, { verifier: options.verifier ?? defaultSr25519 })) {
     throw new BadSignatureError(
       H.signature,
       `does not verify for ${headers.hotkey} over sha256(body).uuid.timestamp.signedFor; the body or a signed header was changed, or another key signed it`,

@@ -27,7 +27,7 @@ export {
 export type { AddressProblem, RequestAuthCode } from "./errors";
 export { decodeAddress, encodeAddress, isValidAddress, SUBSTRATE_SS58_PREFIX, MAX_SS58_PREFIX } from "./ss58";
 export type { DecodedAddress, AddressOptions } from "./ss58";
-export { scureSr25519, loadSchnorrkelWasm, Sr25519EngineError, verifyMessage, wrapBytes, isWrapped } from "./sr25519";
+export { defaultSr25519, scureSr25519, loadSchnorrkelWasm, sr25519Ready, Sr25519EngineError, verifyMessage, wrapBytes, isWrapped } from "./sr25519";
 export type { Sr25519Verifier, MessageWrapping, VerifyMessageOptions } from "./sr25519";
 export { Keypair, loadKeypair, DEV_PHRASE, HOTKEY_URI_ENV, HOTKEY_FILE_ENV } from "./keys";
 export type { LoadKeypairOptions } from "./keys";

@@ -3,10 +3,11 @@ import { AuthError } from "./errors";
 import { decodeAddress, type AddressOptions } from "./ss58";
 
 /**
- * The sr25519 signature check Proctor uses. The default is `scureSr25519` (pure TypeScript,
- * audited); `loadSchnorrkelWasm()` returns a faster one backed by the schnorrkel Rust crate.
- * `verify` returns false for anything that is not a valid signature by `publicKey`, including
- * byte strings that are not curve points.
+ * An sr25519 signature check. The default, `defaultSr25519`, is schnorrkel itself (the Rust
+ * crate compiled to WebAssembly, `loadSchnorrkelWasm()`) once it has loaded, and the audited
+ * pure-TypeScript `scureSr25519` until then. `verify` returns false for anything that is not a
+ * valid signature by `publicKey`, including byte strings that are not curve points and the
+ * identity key.
  */
 export interface Sr25519Verifier {
   readonly name: string;
@@ -31,31 +32,72 @@ export const scureSr25519: Sr25519Verifier = {
   },
 };
 
+/** True for the 32 zero bytes: the ristretto encoding of the identity point (its only encoding). */
+function isIdentityKey(publicKey: Uint8Array): boolean {
+  for (const byte of publicKey) if (byte !== 0) return false;
+  return true;
+}
+
 /**
- * Load sr25519 verification from `@polkadot/wasm-crypto` (schnorrkel compiled to WebAssembly;
- * an optional peer dependency). About 4x faster than the pure TypeScript default; use it on
- * servers that verify many requests. Throws `Sr25519EngineError` when it is not installed.
+ * Load sr25519 verification from `@polkadot/wasm-crypto` (schnorrkel compiled to WebAssembly),
+ * 4-7x faster than `scureSr25519`. Throws `Sr25519EngineError` when it cannot load.
+ *
+ * schnorrkel accepts any `(R = s·B, s)` as a signature by the identity key (32 zero bytes, the
+ * SS58 "zero account"), for every message; @scure/sr25519 refuses that key, and so does this
+ * wrapper, so both engines give the same answers (sr25519.test.ts checks them against each other).
  */
 export async function loadSchnorrkelWasm(): Promise<Sr25519Verifier> {
   let wasm: typeof import("@polkadot/wasm-crypto");
   try {
     wasm = await import("@polkadot/wasm-crypto");
   } catch (cause) {
-    throw new Sr25519EngineError("@polkadot/wasm-crypto is not installed; add it to your app (pnpm add @polkadot/wasm-crypto) or use the default verifier", { cause });
+    throw new Sr25519EngineError("@polkadot/wasm-crypto did not load (reinstall with pnpm install); the default verifier stays on @scure/sr25519", { cause });
   }
   if (!(await wasm.waitReady())) throw new Sr25519EngineError("@polkadot/wasm-crypto failed to initialise its WebAssembly module");
   return {
     name: "@polkadot/wasm-crypto (schnorrkel)",
     verify(message, signature, publicKey) {
-      if (signature.length !== 64 || publicKey.length !== 32) return false;
+      if (signature.length !== 64 || publicKey.length !== 32 || isIdentityKey(publicKey)) return false;
       try {
         return wasm.sr25519Verify(signature, message, publicKey);
       } catch {
-        // The Rust side rejects non-point keys by trapping; such a key cannot have signed anything.
+        // Should the Rust side trap on some input, that input cannot be a valid signature.
         return false;
       }
     },
   };
+}
+
+let fast: Sr25519Verifier | null = null;
+let loading: Promise<Sr25519Verifier> | undefined;
+function loadFast(): Promise<Sr25519Verifier> {
+  loading ??= loadSchnorrkelWasm().then((verifier) => (fast = verifier));
+  return loading;
+}
+
+/**
+ * The default verifier: schnorrkel in WebAssembly once loaded, `scureSr25519` before. Its first
+ * use starts the load (tens of ms, in the background: `verify` stays synchronous), so a process
+ * that never verifies never loads it; `await sr25519Ready()` at start-up to have it from the first
+ * request and to hear of a failure. Both engines give the same answers; only speed differs.
+ */
+export const defaultSr25519: Sr25519Verifier = {
+  get name() {
+    return fast?.name ?? scureSr25519.name;
+  },
+  verify(message, signature, publicKey) {
+    if (fast) return fast.verify(message, signature, publicKey);
+    loadFast().catch(() => undefined); // sr25519Ready() reports the failure; until then scure answers
+    return scureSr25519.verify(message, signature, publicKey);
+  },
+};
+
+/**
+ * Loads the default verifier's fast engine; resolves to its name. Rejects with
+ * `Sr25519EngineError` when it cannot load (the default then keeps using @scure/sr25519).
+ */
+export async function sr25519Ready(): Promise<string> {
+  return (await loadFast()).name;
 }
 
 const BYTES_OPEN = new TextEncoder().encode("<Bytes>");
@@ -101,7 +143,7 @@ export function verifyMessage(
   options: VerifyMessageOptions = {},
 ): boolean {
   const publicKey = typeof signer === "string" ? decodeAddress(signer, options).publicKey : signer;
-  const verifier = options.verifier ?? scureSr25519;
+  const verifier = options.verifier ?? defaultSr25519;
   const wrapping = options.wrapping ?? "either";
   if (wrapping !== "bytes" && verifier.verify(message, signature, publicKey)) return true;
   if (wrapping === "raw") return false;

@@ -11,3 +11,7 @@ export { currentOwnerLabel, parseOwner } from "./owner";
 export type { Owner } from "./owner";
 export { ContainerSettingsError, PRIVILEGED_CONSENT_ENV, parseContainerConfig } from "./container-config";
 export type { ContainerConfig } from "./container-config";
+export { findGetfattr, openXattrReader } from "./xattrs";
+export type { NoXattrReader, XattrChoice, XattrReader } from "./xattrs";
+export { dockerHostReport } from "./host-report";
+export type { DockerHostReport } from "./host-report";

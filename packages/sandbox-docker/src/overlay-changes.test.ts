@@ -11,6 +11,7 @@ import { overlayLayersOf, readOverlayChanges, type OverlayLayers } from "./overl
 import { DockerRuntime } from "./runtime";
 import type { DockerSandbox } from "./sandbox";
 import { BUSYBOX, testContainers } from "./test-helpers";
+import { openXattrReader, type XattrReader } from "./xattrs";
 
 const docker = new Dockerode();
 const run = await dockerTestGate(docker);
@@ -24,6 +25,18 @@ RUN echo layer3 > /d/h
 `;
 
 const sorted = (changes: FileChange[]) => changes.map((c) => `${c.kind} ${c.path}`).sort();
+
+/**
+ * Both xattr readers: the binding installed with the package, and getfattr (which CI installs;
+ * elsewhere its cases are skipped with a notice).
+ */
+const readers: [string, XattrReader][] = [];
+for (const choice of ["native", "getfattr"] as const) {
+  const reader = await openXattrReader(choice);
+  if (!("unavailable" in reader)) readers.push([reader.name, reader]);
+  else if (choice === "native" || process.env.CI === "true") throw new Error(`the ${choice} xattr reader is unavailable: ${reader.unavailable}`);
+  else process.stderr.write(`SKIPPED: the overlay reader's cases with getfattr (${reader.unavailable})\n`);
+}
 
 describe.skipIf(!run)("a container's changes read from its overlay layers", () => {
   const tracked = testContainers(docker, "overlay");
@@ -77,42 +90,43 @@ describe.skipIf(!run)("a container's changes read from its overlay layers", () =
     return container;
   }
 
-  it("equals the daemon's diff for files added, edited, re-owned, re-timed, given capabilities, linked and deleted", async () => {
-    const container = await containerAfter(
-      BASE,
-      [
-        `touch "/tmp/new\nline\\\\back" /tmp/é /usr/share/zz && rm /usr/share/zz`,
-        "rm /etc/debian_version && mkdir -p /new/deep/dir && mv /usr/share/doc/bash /usr/share/doc/bash2",
-        "chmod 700 /usr/share/doc/apt && echo > /usr/lib/os-release && touch /usr/bin/ls && chown 5 /usr/bin/cat",
-        "ln -s /etc/passwd /root/link && ln -s /nonexistent /root/dangling && ln /usr/bin/true /usr/bin/true2 && mkfifo /tmp/fifo",
-        "cp /usr/bin/env /tmp/env && cp /tmp/env /usr/bin/env && touch -d @0 /usr/bin/env",
-        `python3 -c 'import os; os.setxattr("/usr/bin/dash", "security.capability", bytes.fromhex("0100000200200000000000000000000000000000"))'`,
-      ].join(" && "),
-    );
-    const read = await readOverlayChanges(await layersOf(container));
-    if (!("changes" in read)) throw new Error(`the overlay reader did not answer: ${read.unavailable}`);
-    const reference = await daemonChanges(container);
-    expect(reference).toEqual(expect.arrayContaining(["deleted /etc/debian_version", "modified /usr/bin/dash", "modified /usr/bin/env", "added /usr/share/doc/bash2/copyright"]));
-    expect(sorted(read.changes)).toEqual(reference);
-  });
+  describe.each(readers)("with xattrs read by %s", (_name, reader) => {
+    it("equals the daemon's diff for files added, edited, re-owned, re-timed, given capabilities, linked and deleted", async () => {
+      const container = await containerAfter(
+        BASE,
+        [
+          `touch "/tmp/new\nline\\\\back" /tmp/é /usr/share/zz && rm /usr/share/zz`,
+          "rm /etc/debian_version && mkdir -p /new/deep/dir && mv /usr/share/doc/bash /usr/share/doc/bash2",
+          "chmod 700 /usr/share/doc/apt && echo > /usr/lib/os-release && touch /usr/bin/ls && chown 5 /usr/bin/cat",
+          "ln -s /etc/passwd /root/link && ln -s /nonexistent /root/dangling && ln /usr/bin/true /usr/bin/true2 && mkfifo /tmp/fifo",
+          "cp /usr/bin/env /tmp/env && cp /tmp/env /usr/bin/env && touch -d @0 /usr/bin/env",
+          `python3 -c 'import os; os.setxattr("/usr/bin/dash", "security.capability", bytes.fromhex("0100000200200000000000000000000000000000"))'`,
+        ].join(" && "),
+      );
+      const read = await readOverlayChanges(await layersOf(container), reader);
+      if (!("changes" in read)) throw new Error(`the overlay reader did not answer: ${read.unavailable}`);
+      const reference = await daemonChanges(container);
+      expect(reference).toEqual(expect.arrayContaining(["deleted /etc/debian_version", "modified /usr/bin/dash", "modified /usr/bin/env", "added /usr/share/doc/bash2/copyright"]));
+      expect(sorted(read.changes)).toEqual(reference);
+    });
 
-  it("equals the daemon's diff over an image whose own layers deleted files and remade a directory", async () => {
-    const sandbox = await sandboxAfter(LAYERED, "touch /bin/ls && mkdir -p /d/e && touch /d/e/f /d/g /keep/y && echo >> /d/h && rm /keep/sub/x && chmod 700 /keep && rm /d/h");
-    const read = await readOverlayChanges(await layersOf(sandbox));
-    if (!("changes" in read)) throw new Error(`the overlay reader did not answer: ${read.unavailable}`);
-    const reference = await daemonChanges(sandbox);
-    expect(sorted(await sandbox.changes())).toEqual(reference);
-    // /bin/ls was deleted by the image and /d/e hidden by its remade /d: both are new to the container.
-    expect(reference).toEqual(expect.arrayContaining(["added /bin/ls", "added /d/e", "added /keep/y", "deleted /d/h", "deleted /keep/sub/x", "modified /d/g"]));
-    expect(sorted(read.changes)).toEqual(reference);
-    await sandbox.kill();
-  });
+    it("equals the daemon's diff over an image whose own layers deleted files and remade a directory", async () => {
+      const sandbox = await sandboxAfter(LAYERED, "touch /bin/ls && mkdir -p /d/e && touch /d/e/f /d/g /keep/y && echo >> /d/h && rm /keep/sub/x && chmod 700 /keep && rm /d/h");
+      const read = await readOverlayChanges(await layersOf(sandbox), reader);
+      if (!("changes" in read)) throw new Error(`the overlay reader did not answer: ${read.unavailable}`);
+      const reference = await daemonChanges(sandbox);
+      expect(sorted(await sandbox.changes())).toEqual(reference);
+      // /bin/ls was deleted by the image and /d/e hidden by its remade /d: both are new to the container.
+      expect(reference).toEqual(expect.arrayContaining(["added /bin/ls", "added /d/e", "added /keep/y", "deleted /d/h", "deleted /keep/sub/x", "modified /d/g"]));
+      expect(sorted(read.changes)).toEqual(reference);
+      await sandbox.kill();
+    });
 
-  it("equals the daemon's diff when the paths take several getfattr runs, capabilities included", async () => {
-    // 12,000 paths of ~90 bytes: over 1 MB of arguments, so at least two getfattr runs.
-    const container = await containerAfter(
-      BASE,
-      `python3 -c '
+    it("equals the daemon's diff over 12,000 paths (several getfattr runs), capabilities included", async () => {
+      // 12,000 paths of ~90 bytes: over 1 MB of arguments, so at least two getfattr runs.
+      const container = await containerAfter(
+        BASE,
+        `python3 -c '
 import os
 for d in range(40):
     p = "/opt/many/" + "d" * 60 + str(d)
@@ -121,22 +135,89 @@ for d in range(40):
         open(p + "/file-" + str(f), "w").close()
 os.setxattr("/usr/bin/dash", "security.capability", bytes.fromhex("0100000200200000000000000000000000000000"))
 '`,
-    );
-    const read = await readOverlayChanges(await layersOf(container));
-    if (!("changes" in read)) throw new Error(`the overlay reader did not answer: ${read.unavailable}`);
-    const reference = await daemonChanges(container);
-    expect(reference.length).toBeGreaterThan(12_000);
-    expect(reference).toContain("modified /usr/bin/dash");
-    expect(sorted(read.changes)).toEqual(reference);
+      );
+      const read = await readOverlayChanges(await layersOf(container), reader);
+      if (!("changes" in read)) throw new Error(`the overlay reader did not answer: ${read.unavailable}`);
+      const reference = await daemonChanges(container);
+      expect(reference.length).toBeGreaterThan(12_000);
+      expect(reference).toContain("modified /usr/bin/dash");
+      expect(sorted(read.changes)).toEqual(reference);
+    });
+
+    it("leaves a directory deleted and made again to the daemon, which lists the files it hid", async () => {
+      const sandbox = await sandboxAfter(BASE, "rm -rf /usr/share/doc/apt && mkdir /usr/share/doc/apt && echo x > /usr/share/doc/apt/changelog.gz");
+      const read = await readOverlayChanges(await layersOf(sandbox), reader);
+      expect(read).toEqual({ unavailable: "/usr/share/doc/apt is an opaque directory (deleted and made again)" });
+      const reference = await daemonChanges(sandbox);
+      expect(reference).toContain("deleted /usr/share/doc/apt/copyright");
+      expect(sorted(await sandbox.changes())).toEqual(reference);
+      await sandbox.kill();
+    });
   });
 
-  it("leaves a directory deleted and made again to the daemon, which lists the files it hid", async () => {
-    const sandbox = await sandboxAfter(BASE, "rm -rf /usr/share/doc/apt && mkdir /usr/share/doc/apt && echo x > /usr/share/doc/apt/changelog.gz");
-    const read = await readOverlayChanges(await layersOf(sandbox));
-    expect(read).toEqual({ unavailable: "/usr/share/doc/apt is an opaque directory (deleted and made again)" });
-    const reference = await daemonChanges(sandbox);
-    expect(reference).toContain("deleted /usr/share/doc/apt/copyright");
-    expect(sorted(await sandbox.changes())).toEqual(reference);
-    await sandbox.kill();
+  describe("when this host cannot read the layers' xattrs", () => {
+    const script = "echo x > /etc/motd && rm /etc/debian_version && mkdir -p /srv/new && touch /srv/new/f";
+
+    it("warns once per runtime, with the cost and the fix, and lists the same changes through the daemon", async () => {
+      const warnings: string[] = [];
+      const logger = { debug: () => undefined, info: () => undefined, warn: (message: string) => void warnings.push(message), error: () => undefined };
+      const slow = new DockerRuntime({ docker, warmPool: 0, lifetimeStepMs: 1000, logger, overlayXattrs: "none" });
+      try {
+        const first = (await slow.create({ image: BASE, labels: tracked.labels })) as DockerSandbox;
+        expect((await first.exec(["sh", "-c", script], { user: "0" })).exitCode).toBe(0);
+        const fast = await sandboxAfter(BASE, script);
+        const slowChanges = sorted(await first.changes());
+        expect(slowChanges).toEqual(await daemonChanges(first));
+        expect(slowChanges).toEqual(expect.arrayContaining(["modified /etc/motd", "deleted /etc/debian_version", "added /srv/new/f"]));
+        // The fast path (this file's other runtime) gives the same list for the same script.
+        expect(sorted(await fast.changes())).toEqual(slowChanges);
+
+        expect(warnings).toHaveLength(1);
+        expect(warnings[0]).toMatch(/^Docker: container file changes are listed by the daemon, which walks the whole image \(\d+\.\d\d s for this first listing/);
+        expect(warnings[0]).toContain("because reading overlay xattrs on the host is turned off (PROCTOR_OVERLAY_XATTRS=none, or the runtime's overlayXattrs option). Fix: unset PROCTOR_OVERLAY_XATTRS");
+        expect(warnings[0]).toContain("Fix: ");
+        expect(warnings[0]).not.toContain("\n");
+
+        // A second sandbox of the same runtime, and a second listing: no second warning.
+        const second = (await slow.create({ image: BASE, labels: tracked.labels })) as DockerSandbox;
+        expect((await second.exec(["sh", "-c", script], { user: "0" })).exitCode).toBe(0);
+        expect(sorted(await second.changes())).toEqual(slowChanges);
+        expect(sorted(await first.changes())).toEqual(slowChanges);
+        expect(warnings).toHaveLength(1);
+        await Promise.all([first.kill(), second.kill(), fast.kill()]);
+      } finally {
+        await slow.drain();
+      }
+    });
+
+    it("names getfattr's package when it is missing", async () => {
+      const path = process.env.PATH;
+      process.env.PATH = context; // a directory without getfattr
+      try {
+        expect(await openXattrReader("getfattr")).toEqual({
+          unavailable: "no overlay xattr reader: getfattr is not installed (Debian package attr)",
+          fix: expect.stringContaining("apt-get install attr"),
+        });
+      } finally {
+        process.env.PATH = path;
+      }
+    });
+
+    it("says nothing when the layers are read on the host", async () => {
+      const warnings: string[] = [];
+      const debug: string[] = [];
+      const logger = { debug: (message: string) => void debug.push(message), info: () => undefined, warn: (message: string) => void warnings.push(message), error: () => undefined };
+      const quiet = new DockerRuntime({ docker, warmPool: 0, lifetimeStepMs: 1000, logger });
+      try {
+        const sandbox = (await quiet.create({ image: BASE, labels: tracked.labels })) as DockerSandbox;
+        expect((await sandbox.exec(["sh", "-c", script], { user: "0" })).exitCode).toBe(0);
+        expect(sorted(await sandbox.changes())).toEqual(await daemonChanges(sandbox));
+        expect(warnings).toEqual([]);
+        expect(debug).not.toContain("listing container changes through the Docker API");
+        await sandbox.kill();
+      } finally {
+        await quiet.drain();
+      }
+    });
   });
 });

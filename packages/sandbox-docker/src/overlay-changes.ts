@@ -1,8 +1,8 @@
-import { execFile } from "node:child_process";
 import { lstat, readdir } from "node:fs/promises";
 import { posix } from "node:path";
 import type { BigIntStats } from "node:fs";
 import type { FileChange } from "@proctor/sandbox";
+import type { XattrReader } from "./xattrs";
 
 /**
  * A container's changes against its image, read from its overlay2 layers on this host instead of
@@ -36,8 +36,6 @@ const CAPABILITY = "security.capability";
 const S_IFMT = 0o170000;
 const S_IFDIR = 0o040000;
 const S_IFCHR = 0o020000;
-/** Bytes of paths (with their argv pointers) per getfattr call, well under Linux's 2 MiB ARG_MAX. */
-const ARGS_BYTES = 512 * 1024;
 
 /** The overlay2 layer dirs in a container's inspect data, or why there are none. */
 export function overlayLayersOf(graphDriver: { Name?: string; Data?: Record<string, string> | null } | undefined): OverlayLayers | string {
@@ -48,9 +46,10 @@ export function overlayLayersOf(graphDriver: { Name?: string; Data?: Record<stri
   return { upper, lowers: lower.split(":") };
 }
 
-export async function readOverlayChanges(layers: OverlayLayers): Promise<OverlayChanges> {
+/** The changes in `layers`, their xattrs read by `xattrs` (xattrs.ts), or why this reader cannot tell them. */
+export async function readOverlayChanges(layers: OverlayLayers, xattrs: XattrReader): Promise<OverlayChanges> {
   try {
-    return await read(layers);
+    return await read(layers, xattrs);
   } catch (error) {
     return { unavailable: error instanceof Error ? error.message : String(error) };
   }
@@ -58,7 +57,7 @@ export async function readOverlayChanges(layers: OverlayLayers): Promise<Overlay
 
 class Unavailable extends Error {}
 
-async function read({ upper, lowers }: OverlayLayers): Promise<OverlayChanges> {
+async function read({ upper, lowers }: OverlayLayers, reader: XattrReader): Promise<OverlayChanges> {
   const entries = await walk(upper);
 
   // Every entry's counterpart in every image layer.
@@ -75,10 +74,9 @@ async function read({ upper, lowers }: OverlayLayers): Promise<OverlayChanges> {
       if (stats) present.push(`${lowers[layer]}${rel}`);
     }
   }
-  // The xattrs of the upper dir, its entries and their image counterparts, in one getfattr run
-  // (a process start costs this process more than the lookups).
+  // The xattrs of the upper dir, its entries and their image counterparts, in one read.
   const upperPaths = [upper, ...entries.map(({ rel }) => `${upper}${rel}`)];
-  const xattrs = await getXattrs([...upperPaths, ...present]);
+  const xattrs = await reader.read([...upperPaths, ...present]);
   for (const path of upperPaths) {
     for (const name of xattrs.get(path)?.keys() ?? []) {
       if (name === CAPABILITY || NEUTRAL_XATTRS.has(name)) continue;
@@ -171,53 +169,4 @@ function sameTime(a: bigint, b: bigint): boolean {
   const second = 1_000_000_000n;
   if (a / second !== b / second) return false;
   return a % second === b % second || a % second === 0n || b % second === 0n;
-}
-
-/**
- * The overlay and capability xattrs of `paths`, as hex strings by xattr name by absolute path,
- * read by getfattr (Debian package attr) without following links (-h).
- */
-async function getXattrs(paths: string[]): Promise<Map<string, Map<string, string>>> {
-  const found = new Map<string, Map<string, string>>();
-  const chunks: string[][] = [];
-  let chunk: string[] = [];
-  let size = 0;
-  for (const path of paths) {
-    const cost = Buffer.byteLength(path) + 1 + 8;
-    if (size + cost > ARGS_BYTES && chunk.length > 0) {
-      chunks.push(chunk);
-      chunk = [];
-      size = 0;
-    }
-    chunk.push(path);
-    size += cost;
-  }
-  if (chunk.length > 0) chunks.push(chunk);
-  for (const chunk of chunks) {
-    const args = ["-h", "--absolute-names", "-d", "-e", "hex", "-m", "^(trusted\\.overlay\\..*|security\\.capability)$", "--", ...chunk];
-    const output = await new Promise<Buffer>((resolve, reject) => {
-      execFile("getfattr", args, { encoding: "buffer", maxBuffer: 256 * 1024 * 1024, env: { LC_ALL: "C", PATH: process.env.PATH ?? "/usr/bin:/bin" } }, (error, stdout, stderr) => {
-        if ((error as NodeJS.ErrnoException | null)?.code === "ENOENT") reject(new Unavailable("getfattr is not installed (Debian package attr)"));
-        else if (error) reject(new Unavailable(`getfattr failed: ${stderr.toString("utf8").trim().split("\n")[0] ?? error.message}`));
-        else resolve(stdout);
-      });
-    });
-    let current: Map<string, string> | null = null;
-    for (const line of output.toString("latin1").split("\n")) {
-      if (line.startsWith("# file: ")) {
-        current = new Map();
-        found.set(unquote(line.slice("# file: ".length)), current);
-      } else if (line !== "" && current) {
-        const at = line.indexOf("=");
-        current.set(line.slice(0, at), line.slice(at + 1));
-      }
-    }
-  }
-  return found;
-}
-
-/** getfattr's quoting: backslash and non-printable bytes as \ooo. Input is latin1 (one char per byte). */
-function unquote(text: string): string {
-  const bytes = Buffer.from(text.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8))), "latin1");
-  return bytes.toString("utf8");
 }

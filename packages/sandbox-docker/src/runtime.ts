@@ -29,6 +29,8 @@ import { watchOwner } from "./watchdog";
 import { DEFAULT_FORWARDER_IMAGE, startHostSocketForwarder } from "./host-socket";
 import { TOOLCHAIN_DIR, TRUSTED_BUSYBOX, ensureToolchainVolume } from "./toolchain";
 import { applyContainerSettings, checkContainerSettings } from "./container-config";
+import { ChangesFastPath } from "./fast-path";
+import type { XattrChoice } from "./xattrs";
 
 export interface DockerRuntimeOptions {
   /** The daemon to talk to; default: DOCKER_HOST or the local socket. */
@@ -60,6 +62,23 @@ export interface DockerRuntimeOptions {
   execChannel?: boolean;
   /** A channel request not picked up within this long marks the channel dead (then docker exec). Default 10 s. */
   channelStartTimeoutMs?: number;
+  /**
+   * How `changes()` reads the overlay xattrs of a container's layers on this host: `auto` (the
+   * prebuilt @napi-rs/xattr binding, else getfattr), one of `native` / `getfattr`, or `none`
+   * (every listing asks the daemon, which walks the whole image; the runtime warns once).
+   * Default: PROCTOR_OVERLAY_XATTRS if set, else auto.
+   */
+  overlayXattrs?: XattrChoice;
+}
+
+const XATTR_CHOICES: readonly XattrChoice[] = ["auto", "native", "getfattr", "none"];
+
+/** PROCTOR_OVERLAY_XATTRS (to compare the readers, or the daemon's listing, without code); auto when unset. */
+function xattrChoiceFromEnv(): XattrChoice {
+  const value = process.env.PROCTOR_OVERLAY_XATTRS;
+  if (value === undefined || value === "") return "auto";
+  if ((XATTR_CHOICES as readonly string[]).includes(value)) return value as XattrChoice;
+  throw new RuntimeUnavailableError(`PROCTOR_OVERLAY_XATTRS must be one of ${XATTR_CHOICES.join(", ")}; got "${value}" (unset it for auto)`);
 }
 
 export const DEFAULT_WARM_POOL = 4;
@@ -147,6 +166,7 @@ export class DockerRuntime implements SandboxRuntime {
   private readonly removals = new Set<Promise<void>>();
   private removalFailures: unknown[] = [];
   private readonly pool: WarmPool<DockerSandbox>;
+  private readonly fastPath: ChangesFastPath;
 
   constructor(options: DockerRuntimeOptions = {}) {
     this.docker = options.docker ?? new Dockerode();
@@ -158,6 +178,7 @@ export class DockerRuntime implements SandboxRuntime {
     this.execChannel = options.execChannel ?? process.env.PROCTOR_EXEC_CHANNEL !== "0";
     this.channelStartTimeoutMs = options.channelStartTimeoutMs;
     this.images = new ImageResolver(this.docker, this.logger);
+    this.fastPath = new ChangesFastPath(options.overlayXattrs ?? xattrChoiceFromEnv(), this.logger);
     this.pool = new WarmPool<DockerSandbox>({
       max: options.warmPool ?? DEFAULT_WARM_POOL,
       idleMs: WARM_IDLE_MS,
@@ -365,7 +386,7 @@ export class DockerRuntime implements SandboxRuntime {
       await channel?.close();
       throw startFailure(`Creating a container from "${spec.image}" failed: ${daemonMessage(error)}`, error);
     }
-    const sandbox = new DockerSandbox(container, spec.workdir, spec.imageUser, this.logger, (removal) => this.trackRemoval(removal), channel);
+    const sandbox = new DockerSandbox(container, spec.workdir, spec.imageUser, this.logger, (removal) => this.trackRemoval(removal), channel, this.fastPath);
     sandbox.hostSocketForwarder = (path, port) => startHostSocketForwarder(this.docker, container, path, port, { image: this.forwarderImage, logger: this.logger });
     try {
       throwIfAborted(signal);

@@ -34,6 +34,7 @@ import { EXEC_MARKER, KILL_TREE_SCRIPT } from "./kill-tree";
 import { MAX_SKIPPED_LISTED, extractBounded } from "./extract-bounded";
 import { containerCgroupDir, LIST_PROCESSES_SCRIPT, listProcessesOnHost, parseProcessListing } from "./processes";
 import { overlayLayersOf, readOverlayChanges, type OverlayLayers } from "./overlay-changes";
+import { ChangesFastPath, type NoFastPath } from "./fast-path";
 import { startAndWaitReady } from "./ready";
 import { upperOnlyPath } from "./upper-read";
 import { DOCKER_CAPABILITIES } from "./capabilities";
@@ -47,13 +48,16 @@ function runningInitPid(info: Dockerode.ContainerInspectInfo): number {
   return info.State.Running && info.State.Pid > 0 ? info.State.Pid : 0;
 }
 
-/** The container's overlay2 layer dirs when this host can read them, else why not. */
-async function readableLayers(info: Dockerode.ContainerInspectInfo): Promise<OverlayLayers | string> {
+/** The container's overlay2 layer dirs when this host can read them, else why not (a reason that holds for every container). */
+async function readableLayers(info: Dockerode.ContainerInspectInfo): Promise<OverlayLayers | NoFastPath> {
   const layers = overlayLayersOf(info.GraphDriver);
-  if (typeof layers === "string") return layers;
+  if (typeof layers === "string") return { unavailable: layers, fix: "run the Docker daemon with the overlay2 storage driver" };
   return access(layers.upper, constants.R_OK | constants.X_OK).then(
     () => layers,
-    () => `${layers.upper} is not readable here (the daemon runs elsewhere, or this process is not root)`,
+    () => ({
+      unavailable: `${layers.upper} is not readable here (the daemon runs elsewhere, or this process is not root)`,
+      fix: "run Proctor as root on the machine the Docker daemon runs on",
+    }),
   );
 }
 
@@ -105,8 +109,6 @@ else echo MISSING; fi`;
 /** Run by the trusted busybox as root with ($1 busybox, $2 dir): extracts stdin's tar into dir. */
 const UNTAR_SCRIPT = `b="$1"; d="$2"; "$b" mkdir -p "$d" && cd "$d" && exec "$b" tar -x`;
 
-/** Host-wide reasons the overlay reader cannot serve `changes()`, each logged once. */
-const slowChangesReasons = new Set<string>();
 /** How long a removal waits for a restarting daemon. */
 const DAEMON_RETURN_MS = 120_000;
 /** How long to wait for the output streams to close after the process tree was killed. */
@@ -127,7 +129,7 @@ export class DockerSandbox implements Sandbox {
   /** Set once halt() confirmed that every process is gone: the files no longer change. */
   private halted = false;
   private killHooks: (() => void)[] = [];
-  private layers: Promise<OverlayLayers | string> | undefined;
+  private layers: Promise<OverlayLayers | NoFastPath | string> | undefined;
   /**
    * The host pid of the container's init as of the last inspect that found it running (0: not
    * known). Host-side reads check the pid's cgroup names this container, so one that has since
@@ -145,6 +147,8 @@ export class DockerSandbox implements Sandbox {
     private readonly background: (removal: Promise<void>) => void = (removal) => void removal.catch(() => undefined),
     /** The resident exec channel (channel.ts), or null when execs only use `docker exec`. */
     private readonly channel: ExecChannel | null = null,
+    /** The runtime's host-side reading of changes (shared by its sandboxes: one reader, one warning). */
+    private readonly fastPath: ChangesFastPath = new ChangesFastPath("auto", logger),
   ) {
     if (channel) this.onKill(() => void channel.close());
   }
@@ -397,7 +401,7 @@ export class DockerSandbox implements Sandbox {
    */
   private async downloadFromUpper(source: string, entries: string[], hostDir: string, maxBytes: number, options: DownloadOptions): Promise<DownloadReport | null> {
     const layers = await this.overlayLayers();
-    if (typeof layers === "string") return null;
+    if (typeof layers === "string" || "unavailable" in layers) return null;
     const names = entries.length > 0 ? entries : [""];
     const found = await Promise.all(names.map((name) => upperOnlyPath(layers, name === "" ? source : posix.join(source, name))));
     if (found.includes(null)) return null;
@@ -457,29 +461,38 @@ export class DockerSandbox implements Sandbox {
 
   async changes(): Promise<FileChange[]> {
     this.assertOpen("changes");
-    // The overlay reader gives the daemon's answer without its walk of the whole image; when it
-    // cannot, say why (a host-wide reason once) and ask the daemon.
+    // The overlay reader gives the daemon's answer without its walk of the whole image. When it
+    // cannot for a reason of this host, the runtime warns once with the cost; a reason of this
+    // container's (an opaque directory, a failed inspect) is only logged at debug level.
     const layers = await this.overlayLayers();
-    const read = typeof layers === "string" ? { unavailable: layers } : await readOverlayChanges(layers);
-    if ("changes" in read) return read.changes;
-    const hostWide = typeof layers === "string" || read.unavailable.startsWith("getfattr is not installed");
-    if (!hostWide) this.logger.debug("listing container changes through the Docker API", { id: this.id, reason: read.unavailable });
-    else if (!slowChangesReasons.has(read.unavailable)) {
-      slowChangesReasons.add(read.unavailable);
-      this.logger.info("listing container changes through the Docker API, which is slower", { reason: read.unavailable });
+    let hostWide: NoFastPath | null = null;
+    if (typeof layers === "string") {
+      this.logger.debug("listing container changes through the Docker API", { id: this.id, reason: layers });
+    } else if ("unavailable" in layers) {
+      hostWide = layers;
+    } else {
+      const reader = await this.fastPath.xattrs();
+      if ("unavailable" in reader) hostWide = reader;
+      else {
+        const read = await readOverlayChanges(layers, reader);
+        if ("changes" in read) return read.changes;
+        this.logger.debug("listing container changes through the Docker API", { id: this.id, reason: read.unavailable });
+      }
     }
+    const started = performance.now();
     let list: { Path: string; Kind: number }[] | null;
     try {
       list = (await this.container.changes()) as { Path: string; Kind: number }[] | null;
     } catch (error) {
       throw this.failure("listing the container's changes", error);
     }
+    if (hostWide) this.fastPath.slow(hostWide, performance.now() - started);
     const kinds = ["modified", "added", "deleted"] as const;
     return (list ?? []).map((c) => ({ path: c.Path, kind: kinds[c.Kind] ?? "modified" }));
   }
 
   /** The container's overlay2 layer dirs when this host can read them, else why not (asked once). */
-  private overlayLayers(): Promise<OverlayLayers | string> {
+  private overlayLayers(): Promise<OverlayLayers | NoFastPath | string> {
     this.layers ??= this.container.inspect().then(
       (info) => {
         this.initPid = runningInitPid(info);

@@ -39,14 +39,32 @@ const MISSING_HELP =
   "Proctor runs the verifier with a static busybox the agent cannot modify. Install one " +
   "(`apt-get install busybox-static`), set PROCTOR_BUSYBOX to a static busybox binary, or run `pnpm images`.";
 
-async function hostBusybox(): Promise<Buffer | null> {
+async function hostBusybox(): Promise<{ path: string; data: Buffer } | null> {
   const wanted = process.env.PROCTOR_BUSYBOX;
   for (const path of wanted ? [wanted] : CANDIDATES) {
     const data = await readFile(path).catch(() => null);
-    if (data && isStaticElf(data)) return data;
+    if (data && isStaticElf(data)) return { path, data };
     if (wanted) throw new SandboxStartError(`PROCTOR_BUSYBOX=${wanted} is not a readable static ELF executable. ${MISSING_HELP}`);
   }
   return null;
+}
+
+/**
+ * Where sandboxes' trusted busybox would come from, without preparing anything: a host path, the
+ * proctor/busybox image, or why there is none and what to do.
+ */
+export async function trustedBusyboxSource(docker: Dockerode): Promise<{ source: string } | { missing: string }> {
+  try {
+    const host = await hostBusybox();
+    if (host) return { source: host.path };
+  } catch (error) {
+    return { missing: error instanceof Error ? error.message : String(error) };
+  }
+  const present = await docker.getImage(BUSYBOX_IMAGE).inspect().then(
+    () => true,
+    () => false,
+  );
+  return present ? { source: `${BUSYBOX_IMAGE} (its /bin/busybox)` } : { missing: `No static busybox at ${CANDIDATES.join(", ")} and no ${BUSYBOX_IMAGE} image. ${MISSING_HELP}` };
 }
 
 async function readStream(stream: NodeJS.ReadableStream): Promise<Buffer> {
@@ -82,7 +100,7 @@ async function imageBusybox(docker: Dockerode): Promise<Buffer | null> {
  * used once its ready marker is in (a crash while filling it leaves it to be filled again).
  */
 export async function ensureToolchainVolume(docker: Dockerode, image: string, logger: Logger): Promise<string> {
-  const busybox = (await hostBusybox()) ?? (await imageBusybox(docker));
+  const busybox = (await hostBusybox())?.data ?? (await imageBusybox(docker));
   if (!busybox) throw new SandboxStartError(`No static busybox found (looked at ${CANDIDATES.join(", ")} and the ${BUSYBOX_IMAGE} image). ${MISSING_HELP}`);
   const name = `proctor-toolchain-${createHash("sha256").update(busybox).digest("hex").slice(0, 16)}`;
   try {

@@ -41,7 +41,7 @@ export async function upperOnlyPath(layers: OverlayLayers, path: string): Promis
 
 let standsAlone: Promise<boolean> | undefined;
 /** Whether this host's overlay mounts default to redirect_dir and metacopy off (Docker sets neither). */
-function overlayStandsAlone(): Promise<boolean> {
+export function overlayStandsAlone(): Promise<boolean> {
   standsAlone ??= Promise.all(
     ["redirect_dir", "metacopy"].map((name) =>
       readFile(`/sys/module/overlay/parameters/${name}`, "utf8").then(

@@ -15,6 +15,7 @@ export {
 } from "./term-executor";
 export type { TermExecutorOptions, TermExecutorArchive } from "./term-executor";
 export { hashTask } from "./hash";
+export { defaultCacheDir } from "./tree";
 export { parseSizeMb } from "./fields";
 export { loadSwebenchFile, isSwebenchFile, mirrorPath, SwebenchGrading, SWEBENCH_WORKDIR, SWEBENCH_BASE_IMAGE, SWEBENCH_LOG_PARSERS } from "./swebench";
 export type { SwebenchOptions, SwebenchLogParser } from "./swebench";
