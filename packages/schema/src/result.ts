@@ -2,7 +2,8 @@ import { z } from "zod";
 
 /**
  * infra: image, daemon, sandbox start (the only kind retried);
- * setup: the task's workspace (checkout, install) failed;
+ * setup: the task's workspace (checkout, install) failed, or the task's own material is broken
+ *   (a gold patch that applies nowhere);
  * agent: agent setup failed or timed out;
  * verifier: verifier timed out, or wrote no / a garbled reward.
  */

@@ -246,6 +246,8 @@ export async function loadSwebenchFile(file: string, options: SwebenchOptions = 
               { rel: "apply.sh", content: APPLY_SCRIPT, executable: true },
             ]),
             command: 'sh "${PROCTOR_SOLUTION_DIR:-/solution}/apply.sh" "${PROCTOR_SOLUTION_DIR:-/solution}/gold.patch"',
+            // The oracle applies gold.patch itself (git apply, --3way, then a fuzzy apply on the host).
+            patch: "gold.patch",
           };
     const grading: SwebenchGrading = {
       instanceId: parsed.instanceId,
