@@ -157,9 +157,14 @@ function imageAgentSpec(dir: string): AgentSpec {
 
 /** The container config a stored run was started with (settings, and memory/CPUs as its default limits). */
 function containerOf(previous: { container?: ContainerConfig["settings"]; limits?: Record<string, unknown> }): ContainerConfig | undefined {
-  const defaults = (previous.limits?.defaults ?? {}) as { memoryMb?: number; cpus?: number };
-  if (!previous.container && defaults.memoryMb === undefined && defaults.cpus === undefined) return undefined;
-  return { settings: previous.container ?? {}, ...(defaults.memoryMb !== undefined ? { memoryMb: defaults.memoryMb } : {}), ...(defaults.cpus !== undefined ? { cpus: defaults.cpus } : {}) };
+  const defaults = (previous.limits?.defaults ?? {}) as { memoryMb?: number; cpus?: number; pidsLimit?: number };
+  if (!previous.container && defaults.memoryMb === undefined && defaults.cpus === undefined && defaults.pidsLimit === undefined) return undefined;
+  return {
+    settings: previous.container ?? {},
+    ...(defaults.memoryMb !== undefined ? { memoryMb: defaults.memoryMb } : {}),
+    ...(defaults.cpus !== undefined ? { cpus: defaults.cpus } : {}),
+    ...(defaults.pidsLimit !== undefined ? { pidsLimit: defaults.pidsLimit } : {}),
+  };
 }
 
 /** `--container-config FILE`, parsed; every problem names the file and field. */
@@ -313,7 +318,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       signal: controller.signal,
       logger: options.logger,
       ...(queued ? { dispatch: queued.dispatch } : {}),
-      ...(container ? { container: container.settings, limits: { defaults: { ...(container.memoryMb !== undefined ? { memoryMb: container.memoryMb } : {}), ...(container.cpus !== undefined ? { cpus: container.cpus } : {}) } } } : {}),
+      ...(container ? { container: container.settings, limits: { defaults: { ...(container.memoryMb !== undefined && container.memoryMb !== null ? { memoryMb: container.memoryMb } : {}), ...(container.cpus !== undefined ? { cpus: container.cpus } : {}), ...(container.pidsLimit !== undefined ? { pidsLimit: container.pidsLimit } : {}) } } } : {}),
     });
     const unsubscribe = handle.bus.subscribe((event) => progress.onEvent(event));
     try {
