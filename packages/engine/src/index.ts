@@ -4,6 +4,7 @@ export { runTrial, isRetryableInfra } from "./trial/trial";
 export { trialIdOf } from "./ids";
 export { CHECK_OUTPUT_BYTES } from "./trial/context";
 export type { TrialEnvironment, TrialLimits, RunLimits } from "./trial/context";
+export { DEFAULT_TRIAL_LIMITS } from "./limits";
 export { findTampering } from "./integrity";
 export type { TamperProbe, Tampering } from "./integrity";
 export { buildRunConfig, configHash, describeConfigChanges, hashDirectory } from "./config";

@@ -8,6 +8,7 @@ import { readRunConfig, startRun } from "@proctor/engine";
 import { loadTasks } from "@proctor/tasks";
 import { AgentConfigError, patchesAgent, readImageAgent } from "@proctor/agents";
 import { parseContainerConfig, type ContainerConfig } from "@proctor/sandbox-docker";
+import { describeLimits, resolveRunLimits, storedRunLimits, type LimitFlags, type ResolvedLimits } from "../limits";
 import { UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
 import { createProgress, renderRunSummary } from "@proctor/report";
@@ -40,6 +41,8 @@ export interface RunCommandOptions {
   llm?: LlmFlags;
   /** --container-config FILE (JSON: mem_limit, shm_size, nano_cpus, gpus, runtime, privileged). */
   containerConfig?: string;
+  /** --memory-mb, --cpus, --pids-limit, --storage-mb: the run's default limits (0 = none). */
+  limits?: LimitFlags;
   /** --queue redis://HOST:PORT/DB: trials run on `proctor worker`s; the run dir and progress stay here. */
   queue?: string;
   /** --bundles-dir: where task bundles go for the workers (default <out>/.bundles). */
@@ -155,16 +158,9 @@ function imageAgentSpec(dir: string): AgentSpec {
   return { kind: "image", dir: resolve(dir) };
 }
 
-/** The container config a stored run was started with (settings, and memory/CPUs as its default limits). */
-function containerOf(previous: { container?: ContainerConfig["settings"]; limits?: Record<string, unknown> }): ContainerConfig | undefined {
-  const defaults = (previous.limits?.defaults ?? {}) as { memoryMb?: number; cpus?: number; pidsLimit?: number };
-  if (!previous.container && defaults.memoryMb === undefined && defaults.cpus === undefined && defaults.pidsLimit === undefined) return undefined;
-  return {
-    settings: previous.container ?? {},
-    ...(defaults.memoryMb !== undefined ? { memoryMb: defaults.memoryMb } : {}),
-    ...(defaults.cpus !== undefined ? { cpus: defaults.cpus } : {}),
-    ...(defaults.pidsLimit !== undefined ? { pidsLimit: defaults.pidsLimit } : {}),
-  };
+/** The container settings a stored run was started with (its limits are reused from run.json as they are). */
+function containerOf(previous: { container?: ContainerConfig["settings"] }): ContainerConfig | undefined {
+  return previous.container ? { settings: previous.container } : undefined;
 }
 
 /** `--container-config FILE`, parsed; every problem names the file and field. */
@@ -212,6 +208,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   let defaultImage = options.defaultImage;
   let isolateVerifier = options.isolateVerifier;
   let storedContainer: ContainerConfig | undefined;
+  let storedLimits: ResolvedLimits | undefined;
   let llmFlags: LlmFlags = options.llm ?? {};
   // SWE-bench loader flags, as absolute paths: stored in run.json, reused by a resume.
   const dataset: { reposDir?: string; imageTemplate?: string; envSetup?: string } = {
@@ -245,6 +242,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       defaultImage ??= previous.defaultImage ?? undefined;
       isolateVerifier ??= previous.isolateVerifier;
       storedContainer = containerOf(previous);
+      storedLimits = storedRunLimits(previous.limits);
       dataset.reposDir ??= previous.dataset?.reposDir;
       dataset.imageTemplate ??= previous.dataset?.imageTemplate;
       dataset.envSetup ??= previous.dataset?.envSetup;
@@ -273,6 +271,11 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
 
   const agent = agentArg?.startsWith("patches:") ? predictionsAgent(agentArg.slice("patches:".length)) : parseAgent(agentArg, prepared.agentDir, llmFlags);
   const container = options.containerConfig !== undefined ? await readContainerConfig(options.containerConfig) : storedContainer;
+  // A resume repeats the stored limits unless a limit flag or a container config is given (a
+  // changed value is then refused like any other config change).
+  const limitFlags = options.limits ?? {};
+  const limitsGiven = options.containerConfig !== undefined || Object.values(limitFlags).some((v) => v !== undefined);
+  const resolvedLimits = storedLimits !== undefined && !limitsGiven ? storedLimits : resolveRunLimits(limitFlags, container);
   const queued = options.queue
     ? openQueuedRun({ url: options.queue, bundlesDir: options.bundlesDir, out: options.out, runtime: parseRuntimeChoice(runtimeArg), logger: options.logger, err })
     : null;
@@ -298,6 +301,8 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   options.signal?.addEventListener("abort", () => controller.abort(options.signal?.reason), { once: true });
 
   err.write(`run directory: ${runDir}\n`);
+  // Sandboxes without a filesystem of their own are host processes: no limit applies to them.
+  err.write(`${describeLimits(resolvedLimits, runtime.capabilities.files)}\n`);
   const progress = createProgress(err, { runDir, intervalMs: progressIntervalMs(process.env) });
   let summary: RunSummary;
   try {
@@ -318,7 +323,8 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       signal: controller.signal,
       logger: options.logger,
       ...(queued ? { dispatch: queued.dispatch } : {}),
-      ...(container ? { container: container.settings, limits: { defaults: { ...(container.memoryMb !== undefined && container.memoryMb !== null ? { memoryMb: container.memoryMb } : {}), ...(container.cpus !== undefined ? { cpus: container.cpus } : {}), ...(container.pidsLimit !== undefined ? { pidsLimit: container.pidsLimit } : {}) } } } : {}),
+      ...(container ? { container: container.settings } : {}),
+      ...(resolvedLimits.limits ? { limits: resolvedLimits.limits } : {}),
     });
     const unsubscribe = handle.bus.subscribe((event) => progress.onEvent(event));
     try {
