@@ -133,6 +133,8 @@ export const TrialResult = z.object({
   grading: TestGrading.optional(),
   /** Competition tasks: score, validity, medal; the trial passed iff it earned a medal. */
   competition: CompetitionGrading.optional(),
+  /** Queued runs (`--queue`): the worker that ran the trial (its --name, and its host's name). */
+  worker: z.object({ name: z.string(), host: z.string() }).optional(),
 });
 export type TrialResult = z.infer<typeof TrialResult>;
 

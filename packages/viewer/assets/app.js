@@ -276,6 +276,7 @@ async function trialPage(runId, trialId) {
     ["reward", r.reward === null ? "-" : String(r.reward)], ["duration", dur(r.durationMs)], ["retries", String(r.retries)],
     ["agent", r.agent ? `${r.agent.name ?? ""}${r.agent.model ? ` (${r.agent.model})` : ""} exit ${r.agent.exitCode ?? "-"}${r.agent.timedOut ? ", timed out" : ""}` : "-"],
   ];
+  if (r.worker) facts.push(["worker", `${r.worker.name} on ${r.worker.host}`]);
   if (r.error) facts.push(["error", `${r.error.kind}: ${r.error.message}`]);
   if (r.agent?.usage) facts.push(["usage", `${r.agent.usage.inputTokens} in / ${r.agent.usage.outputTokens} out tokens, ${r.agent.usage.requests} requests`]);
   const integ = r.integrity;

@@ -92,7 +92,7 @@ beforeAll(async () => {
     await mkdir(join(tasksDir, id), { recursive: true });
     await writeFile(join(tasksDir, id, "instruction.md"), `Do the ${id} task.\n`);
   }
-  await writeRun("20250301-100000-oracle", tasks, [trial("data-clean", "passed"), trial("data-join", "passed"), trial("web-server", "passed", { integrity: { isolation: "shared", tamperChecked: true, tampered: [], survivors: [{ pid: 7, ppid: 1, command: "nginx -g daemon off;", ports: [80] }], flagged: true, note: null } }), trial("web-tls", "passed")], "completed", "2025-03-01T10:00:00.000Z");
+  await writeRun("20250301-100000-oracle", tasks, [trial("data-clean", "passed"), trial("data-join", "passed"), trial("web-server", "passed", { worker: { name: "gpu-box-1", host: "node7" }, integrity: { isolation: "shared", tamperChecked: true, tampered: [], survivors: [{ pid: 7, ppid: 1, command: "nginx -g daemon off;", ports: [80] }], flagged: true, note: null } }), trial("web-tls", "passed")], "completed", "2025-03-01T10:00:00.000Z");
   const agentRun = await writeRun("20250302-100000-agent", tasks, [trial("data-clean", "failed"), trial("data-join", "error", { error: { kind: "verifier", message: "no reward file: /logs/verifier/reward.txt" } })], "running", "2025-03-02T10:00:00.000Z");
   await writeFile(join(agentRun, "trials", "data-clean__1", "agent", "trajectory.json"), JSON.stringify(LLM_TRAJECTORY, null, 2));
   await mkdir(SHOTS, { recursive: true });
@@ -179,6 +179,7 @@ describe.skipIf(!haveChromium)("proctor view in Chromium", () => {
     expect(text).toContain("survivors: 1 (nginx); flagged: passed with agent processes alive");
     expect(text).toContain("7 nginx -g daemon off; :80");
     expect(text).toMatch(/agent\s+2s/);
+    expect(text).toMatch(/worker\s+gpu-box-1 on node7/); // the queue worker that ran it
     expect(text).not.toContain("null");
     await page.locator('pre[data-file="agent/stdout.txt"]').getByText("agent output for web-server").waitFor();
     expect(await page.locator('pre[data-file="agent/stdout.txt"]').innerText()).toContain("<script>alert(1)</script>"); // shown, not run
