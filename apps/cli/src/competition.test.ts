@@ -1,12 +1,15 @@
+import { spawnSync } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { cp, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { dockerTestGate } from "@proctor/sandbox-docker";
-import { proctor } from "./test-support";
+import { proctor, repoRoot } from "./test-support";
 
 // The issue's "done when": the example competition with the dummy agent image, then the report.
 const haveDocker = await dockerTestGate();
+/** Whether this Docker daemon can start a privileged container at all (a nested one may lack capabilities to hand out). */
+const privilegedRuns = haveDocker && spawnSync("docker", ["run", "--rm", "--privileged", "--label", "proctor.test=privileged-probe", "proctor/base:bookworm", "true"]).status === 0;
 let out: string;
 
 beforeAll(async () => {
@@ -51,6 +54,43 @@ describe.skipIf(!haveDocker)("proctor run on competitions (Docker)", () => {
     const r3 = await proctor(["run", "examples/competitions", "-a", "nop", "-o", out, "--run-id", "rt", "--container-config", runtime]);
     expect(r3.code).toBe(2);
     expect(r3.stderr).toContain('runtime "sysbox-runc" is not known to the Docker daemon');
+  });
+
+  test("--container-config: MLE-bench's own default.json (mem_limit null) runs; a docker-py argument Proctor does not apply is refused by name", async () => {
+    const mle = join(out, "default.json");
+    await writeFile(mle, '{\n    "mem_limit": null,\n    "shm_size": "4G",\n    "nano_cpus": 4e9,\n    "runtime": "runc"\n}\n');
+    const run = await proctor(["run", "examples/competitions", "--agent", "image:examples/agent-images/dummy", "-o", out, "--run-id", "mle-default", "--container-config", mle]);
+    expect(run.code, run.stderr).toBe(0);
+    const stored = JSON.parse(await readFile(join(out, "mle-default", "run.json"), "utf8")) as { container?: unknown };
+    expect(stored.container).toEqual({ shmSizeBytes: 4 * 1024 ** 3, runtime: "runc" });
+    const hostNet = join(out, "host-net.json");
+    await writeFile(hostNet, '{"network_mode": "host", "mem_limit": "2g"}');
+    const refused = await proctor(["run", "examples/competitions", "-a", "nop", "-o", out, "--run-id", "host-net", "--container-config", hostNet]);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain(`--container-config ${hostNet}: "network_mode" is not taken from the container config: a sandbox's network follows the task`);
+  });
+
+  test("agent.toml privileged = true is gated like the container config's flag: refused before any trial without consent, privileged with it", async () => {
+    const agent = join(out, "privileged-agent");
+    await cp(join(repoRoot, "examples", "agent-images", "dummy"), agent, { recursive: true });
+    // The effective capabilities go to the logs: a privileged container has CAP_SYS_ADMIN (bit 21).
+    await writeFile(join(agent, "agent.toml"), 'name = "dind"\nstart = "grep CapEff /proc/self/status > /home/logs/caps.txt; bash /home/agent/start.sh"\nprivileged = true\n\n[env]\nDUMMY_SUBMIT = "sample"\n');
+    const refused = await proctor(["run", "examples/competitions", "--agent", `image:${agent}`, "-o", out, "--run-id", "dind-refused"], { env: { I_ACCEPT_RUNNING_PRIVILEGED_CONTAINERS: "" } });
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain("privileged containers are refused unless I_ACCEPT_RUNNING_PRIVILEGED_CONTAINERS=True");
+    expect(await readdir(join(out, "dind-refused", "trials")).catch(() => [])).toEqual([]);
+    const run = await proctor(["run", "examples/competitions", "--agent", `image:${agent}`, "-o", out, "--run-id", "dind"], { env: { I_ACCEPT_RUNNING_PRIVILEGED_CONTAINERS: "True" } });
+    expect(run.code, run.stderr).toBe(0);
+    const [result] = (await readFile(join(out, "dind", "results.jsonl"), "utf8")).trim().split("\n").map((l) => JSON.parse(l) as { error: { message: string } | null });
+    if (!privilegedRuns) {
+      // A daemon whose own capabilities are short (a nested engine) cannot start any privileged
+      // container: the trial asked it for one, and the daemon's refusal is the trial's error.
+      expect(result?.error?.message).toContain("unable to apply caps");
+      return;
+    }
+    const caps = await readFile(join(out, "dind", "trials", "tiny-regression__1", "logs", "caps.txt"), "utf8");
+    const effective = BigInt(`0x${/CapEff:\s*([0-9a-f]+)/.exec(caps)?.[1] ?? "0"}`);
+    expect(effective & (1n << 21n)).not.toBe(0n);
   });
 
   test("--agent image: with a bad agent dir is a usage error naming the file", async () => {

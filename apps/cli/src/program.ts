@@ -12,7 +12,7 @@ import { followCommand, statusCommand } from "./commands/batch";
 import { verifyReceiptCommand } from "./commands/verify-receipt";
 import { workerCommand } from "./commands/worker";
 import { slotsCommand, type SlotsAction } from "./commands/slots";
-import { EngineError, RunStorageError } from "@proctor/engine";
+import { DEFAULT_TRIAL_LIMITS, EngineError, RunStorageError } from "@proctor/engine";
 import { AgentConfigError, RunFatalAgentError } from "@proctor/agents";
 import { RuntimeUnavailableError } from "@proctor/sandbox";
 import { ClientError } from "@proctor/client";
@@ -32,6 +32,11 @@ const positiveInt = (flag: string) => (value: string) => {
 const nonNegativeInt = (flag: string) => (value: string) => {
   const n = Number(value);
   if (value.trim() === "" || !Number.isInteger(n) || n < 0) throw new InvalidArgumentError(`${flag} must be a whole number >= 0, got "${value}"`);
+  return n;
+};
+const nonNegativeNumber = (flag: string) => (value: string) => {
+  const n = Number(value);
+  if (value.trim() === "" || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`${flag} must be a number >= 0 (0 = no limit), got "${value}"`);
   return n;
 };
 const positiveNumber = (flag: string) => (value: string) => {
@@ -86,6 +91,10 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--llm-budget-tokens <n>", "--llm-proxy: prompt + completion tokens per trial; beyond it the agent is stopped", positiveInt("--llm-budget-tokens"))
     .option("--llm-budget-requests <n>", "--llm-proxy: model requests per trial; beyond it the agent is stopped", positiveInt("--llm-budget-requests"))
     .option("--container-config <file>", "JSON: mem_limit, shm_size, nano_cpus, gpus (-1 = all), runtime, privileged (needs I_ACCEPT_RUNNING_PRIVILEGED_CONTAINERS=True)")
+    .option("--memory-mb <n>", `default memory limit per trial in MB, 0 = none (default ${DEFAULT_TRIAL_LIMITS.memoryMb}; a task's own memory_mb wins)`, nonNegativeNumber("--memory-mb"))
+    .option("--cpus <n>", `default CPUs per trial, 0 = no limit (default ${DEFAULT_TRIAL_LIMITS.cpus}; a task's own cpus wins)`, nonNegativeNumber("--cpus"))
+    .option("--pids-limit <n>", `default process cap per trial (default ${DEFAULT_TRIAL_LIMITS.pidsLimit})`, positiveInt("--pids-limit"))
+    .option("--storage-mb <n>", `default disk limit per trial in MB, 0 = none (default ${DEFAULT_TRIAL_LIMITS.storageMb}; a task's own storage_mb wins)`, nonNegativeNumber("--storage-mb"))
     .option("--queue <url>", "run the trials on proctor workers through Redis (redis://HOST:PORT/DB); run dir and progress stay here")
     .option("--bundles-dir <dir>", "--queue: directory the workers share for task bundles (default <out>/.bundles)")
     .option("--json", "print summary.json on stdout", false)
@@ -95,6 +104,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
           queue: o.queue,
           bundlesDir: o.bundlesDir,
           containerConfig: o.containerConfig,
+          limits: { memoryMb: o.memoryMb, cpus: o.cpus, pidsLimit: o.pidsLimit, storageMb: o.storageMb },
           sources,
           agent: o.agent,
           runtime: o.runtime,

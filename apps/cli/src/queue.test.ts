@@ -2,7 +2,7 @@ import type { ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { BundleCache, DirBundleStore, packBundle, startRedisServer, type RedisServerHandle } from "@proctor/queue";
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "vitest";
@@ -110,8 +110,22 @@ describe("proctor run --queue with proctor worker processes", () => {
     for (const r of mine) expect(existsSync(join(root, "runs-queued", "r", "trials", r.trialId, "verifier"))).toBe(true);
     a.child.kill("SIGTERM");
     b.child.kill("SIGTERM");
-    expect((await a.exited).code).toBe(0);
-    expect((await b.exited).code).toBe(0);
+    const [aOut, bOut] = [await a.exited, await b.exited];
+    expect(aOut.code).toBe(0);
+    expect(bOut.code).toBe(0);
+    // Each result names the worker that ran it; each worker printed a line per trial started and finished.
+    const ranBy = new Map<string, string>();
+    for (const r of results(join(root, "runs-queued", "r")) as { trialId: string; status: string; worker?: { name: string; host: string } }[]) {
+      expect(r.worker?.host).toBe(hostname());
+      expect(["a", "b"]).toContain(r.worker?.name);
+      ranBy.set(r.trialId, r.worker?.name ?? "");
+      const stored = JSON.parse(readFileSync(join(root, "runs-queued", "r", "trials", r.trialId, "result.json"), "utf8")) as { worker?: unknown };
+      expect(stored.worker).toEqual(r.worker);
+      const log = (r.worker?.name === "a" ? aOut : bOut).stderr;
+      expect(log).toContain(`started  run r trial ${r.trialId} (job attempt 1)\n`);
+      expect(log).toMatch(new RegExp(`finished run r trial ${r.trialId.replace(/[.]/g, "\\.")} ${r.status} in \\d+\\.\\ds`));
+    }
+    expect(ranBy.size).toBe(8);
   });
 
   test("kill -9 of a worker mid-run: its trials run elsewhere, each recorded exactly once, all finish", async () => {

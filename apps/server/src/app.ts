@@ -105,9 +105,13 @@ function isUpload(request: FastifyRequest): boolean {
   return request.method === "POST" && request.routeOptions.url === "/submit";
 }
 
+/** What a Python `requests` client adds (apps/server/README.md "Signed uploads from Python"): validators' clients predate the header. */
+const PYTHON_DIGEST_LINE = `req.headers["${CONTENT_DIGEST_HEADER}"] = "sha-256=:" + base64.b64encode(hashlib.sha256(req.body).digest()).decode() + ":"`;
 const MISSING_DIGEST_MESSAGE =
-  `an Epistula-signed upload must carry request header ${CONTENT_DIGEST_HEADER}: sha-256=:<base64 of the body's sha256>: (RFC 9530), ` +
-  "so the signature is checked before the body is read; update the client (proctor submit / @proctor/client uploadArchive send it)";
+  `an Epistula-signed upload must carry request header ${CONTENT_DIGEST_HEADER}: sha-256=:<base64 of the sha256 of the exact request body>: (RFC 9530), ` +
+  "so the signature is checked before the body is read. " +
+  `Python requests: build the request with req = requests.Request("POST", url, files=...).prepare(), sign req.body as before, then add ${PYTHON_DIGEST_LINE} ` +
+  '(base64 and hashlib are standard library; see "Signed uploads from Python" in the server\'s README). proctor submit and @proctor/client send it already.';
 
 /** The Fastify app: thin routes over the batch queue, auth hooks, JSON errors, the WebSocket upgrade. */
 export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {

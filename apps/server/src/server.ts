@@ -19,7 +19,7 @@ import { stagingDir } from "./store";
 import { SlotService, type SlotsOptions } from "./slots";
 import { DEFAULT_WS_OPTIONS, WsHub } from "./ws-hub";
 import { openServerQueue, type ServerQueueOptions } from "./workers";
-import type { RunHandle, RunLimits, RunOptions } from "@proctor/engine";
+import { DEFAULT_TRIAL_LIMITS, type RunHandle, type RunLimits, type RunOptions } from "@proctor/engine";
 import type { ReceiptSigner } from "@proctor/report";
 
 /**
@@ -27,7 +27,7 @@ import type { ReceiptSigner } from "@proctor/report";
  * may exceed (maxima, refused before the batch starts). Uploads are untrusted code.
  */
 export const UPLOAD_LIMITS: RunLimits = Object.freeze({
-  defaults: { memoryMb: 2048, cpus: 2, pidsLimit: 1024, storageMb: 5120 },
+  defaults: { ...DEFAULT_TRIAL_LIMITS },
   max: { memoryMb: 16_384, cpus: 8, storageMb: 51_200 },
   logBytes: 50 * 1024 * 1024,
 });

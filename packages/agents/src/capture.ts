@@ -16,7 +16,7 @@ export function remainingMs(ctx: AgentContext, now = Date.now()): number {
 export async function execLogged(
   ctx: AgentContext,
   command: ExecCommand,
-  options: { env?: Record<string, string>; prefix?: string; capBytes?: number; cwd?: string } = {},
+  options: { env?: Record<string, string>; prefix?: string; capBytes?: number; cwd?: string; stdin?: string } = {},
 ): Promise<ExecResult & { outputTruncated: boolean }> {
   const cap = options.capBytes ?? DEFAULT_LOG_CAP_BYTES;
   const prefix = options.prefix ?? "";
@@ -26,6 +26,7 @@ export async function execLogged(
     const result = await ctx.sandbox.exec(command, {
       cwd: options.cwd ?? ctx.sandbox.workdir,
       env: options.env,
+      ...(options.stdin !== undefined ? { stdin: options.stdin } : {}),
       timeoutMs: remainingMs(ctx),
       signal: ctx.signal,
       onStdout: (c) => out.write(c),

@@ -18,6 +18,12 @@ export const AGENT_IMAGE_BUILD_ARGS = Object.freeze({
 export interface AgentImage {
   buildContext: string;
   buildArgs: Record<string, string>;
+  /**
+   * agent.toml `privileged = true` (MLE-bench's per-agent flag, e.g. for Docker-in-Docker): the
+   * agent's sandbox runs privileged, which the runtime refuses before any trial unless
+   * I_ACCEPT_RUNNING_PRIVILEGED_CONTAINERS=True.
+   */
+  privileged?: true;
 }
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -27,6 +33,7 @@ const ImageAgentToml = z.object({
   start: z.string().trim().min(1),
   env: z.record(z.string().regex(ENV_NAME, "env names are letters, digits and _"), Scalar).default({}),
   build_args: z.record(z.string().regex(ENV_NAME, "build arg names are letters, digits and _"), Scalar).default({}),
+  privileged: z.boolean().default(false),
 }).strict();
 
 export interface ImageAgentConfig {
@@ -53,12 +60,12 @@ export function readImageAgent(dir: string): ImageAgentConfig {
   const parsed = ImageAgentToml.safeParse(raw);
   if (!parsed.success) {
     const issues = parsed.error.issues.map((i) => `${i.path.join(".") || "(root)"}: ${i.message}`).join("; ");
-    throw new AgentConfigError(`${tomlPath}: ${issues} (expected name, start, and optional [env] and [build_args] tables)`, tomlPath);
+    throw new AgentConfigError(`${tomlPath}: ${issues} (expected name, start, optional privileged = true|false, and optional [env] and [build_args] tables)`, tomlPath);
   }
-  const { name, start, env, build_args: buildArgs } = parsed.data;
+  const { name, start, env, build_args: buildArgs, privileged } = parsed.data;
   const reserved = Object.keys(buildArgs).filter((key) => key in AGENT_IMAGE_BUILD_ARGS);
   if (reserved.length > 0) throw new AgentConfigError(`${tomlPath}: [build_args] ${reserved.join(", ")} are set by Proctor and cannot be overridden`, tomlPath);
-  return { name, start, env, image: { buildContext: abs, buildArgs: { ...buildArgs, ...AGENT_IMAGE_BUILD_ARGS } } };
+  return { name, start, env, image: { buildContext: abs, buildArgs: { ...buildArgs, ...AGENT_IMAGE_BUILD_ARGS }, ...(privileged ? { privileged: true as const } : {}) } };
 }
 
 /**

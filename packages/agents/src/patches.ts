@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { execLogged, toRunResult } from "./capture";
+import { applyDiff } from "./apply-diff";
 import { AgentConfigError, AgentSetupError } from "./errors";
 import type { Agent } from "./types";
 
@@ -12,16 +12,13 @@ interface Prediction {
   patch: string;
 }
 
-/** Where the patch is written in the sandbox before it is applied. */
-const PATCH_PATH = "/tmp/proctor-model.patch";
-
-/** git apply, then git apply --3way, then patch --fuzz (the chain SWE-bench's harness uses). */
-const APPLY = `p="$1"
-git apply --verbose "$p" && exit 0
-git apply --verbose --3way "$p" && exit 0
-patch --batch --forward --fuzz=5 -p1 -i "$p" && exit 0
-echo "proctor: the patch does not apply (git apply, git apply --3way, patch --fuzz=5 all failed)" >&2
-exit 1`;
+function parseOrNull(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}
 
 /**
  * Reads SWE-bench predictions (JSONL, or a JSON array / object keyed by instance id) with
@@ -37,7 +34,9 @@ function readPredictions(file: string): Map<string, Prediction> {
   }
   const entries: { where: string; value: unknown }[] = [];
   const trimmed = text.trimStart();
-  if (trimmed.startsWith("[") || (trimmed.startsWith("{") && !text.trim().includes("\n"))) {
+  // A JSON array, or one object keyed by instance id (a one-line JSONL file holds a single row instead).
+  const oneRow = (value: unknown) => typeof value === "object" && value !== null && !Array.isArray(value) && "instance_id" in value;
+  if (trimmed.startsWith("[") || (trimmed.startsWith("{") && !text.trim().includes("\n") && !oneRow(parseOrNull(text)))) {
     let value: unknown;
     try {
       value = JSON.parse(text);
@@ -88,14 +87,12 @@ export function patchesAgent(file: string): Agent {
       await writeFile(join(ctx.logDir, "patch.diff"), prediction.patch);
       const model = prediction.model !== null ? { model: prediction.model } : {};
       if (prediction.patch.trim() === "") return { exitCode: 0, timedOut: false, aborted: false, durationMs: 0, outputTruncated: false, ...model };
-      await ctx.sandbox.writeFile(PATCH_PATH, prediction.patch.endsWith("\n") ? prediction.patch : `${prediction.patch}\n`);
-      const result = await execLogged(ctx, ["sh", "-c", APPLY, "apply", PATCH_PATH], { prefix: "apply-" });
-      const run = { ...toRunResult(result), ...model };
-      if (result.exitCode !== 0 && !result.timedOut && !result.aborted) {
-        const why = `${result.stdout}\n${result.stderr}`.split("\n").filter((l) => /error|FAILED|Hunk|patch failed|does not apply|corrupt/i.test(l)).slice(-6).join(" | ");
-        return { ...run, error: `the model patch does not apply: ${why || `exit ${result.exitCode}`}` };
-      }
-      return run;
+      const started = Date.now();
+      const outcome = await applyDiff(ctx, prediction.patch, "apply-");
+      const durationMs = Date.now() - started;
+      if (outcome.applied) return { exitCode: 0, timedOut: false, aborted: false, durationMs, outputTruncated: false, ...model };
+      const run = { exitCode: outcome.timedOut || outcome.aborted ? null : 1, timedOut: outcome.timedOut, aborted: outcome.aborted, durationMs, outputTruncated: outcome.outputTruncated, ...model };
+      return outcome.timedOut || outcome.aborted ? run : { ...run, error: `the model patch does not apply: ${outcome.why}` };
     },
   };
 }

@@ -37,6 +37,8 @@ export interface AgentRunResult {
   usage?: { inputTokens: number; outputTokens: number; requests: number; retries: number };
   /** Set when the agent was stopped for a reason of its own making (a spent model budget): an `agent` error. */
   error?: string;
+  /** The kind `error` is recorded as: `agent` (default), or `setup` when the task itself is at fault (a gold patch that applies nowhere). */
+  errorKind?: "agent" | "setup";
 }
 
 /**

@@ -6,6 +6,7 @@ export { planGrading, pathsNamedByTests, OUTPUTS_TEMP_PREFIX } from "./grading";
 export type { GradingMode, GradingPlan } from "./grading";
 export { CHECK_OUTPUT_BYTES } from "./trial/context";
 export type { TrialEnvironment, TrialLimits, RunLimits } from "./trial/context";
+export { DEFAULT_TRIAL_LIMITS } from "./limits";
 export { buildRunConfig, configHash, describeConfigChanges, hashDirectory } from "./config";
 export type { StoredRunConfig } from "./config";
 export { RepoCache, repoUrl, CHECKOUT_TEMP_PREFIX } from "./workspace";

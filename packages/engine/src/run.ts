@@ -174,7 +174,9 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
   const agentSpec: AgentSpec = isAgentObject(options.agent) ? { kind: "custom", name: options.agent.name } : options.agent;
   const limits = options.limits ?? {};
   checkRunnable(options.tasks, options.runtime, options.isolateVerifier ?? null, limits);
-  await checkCompetitionRun(options.tasks, options.runtime, agent, options.container);
+  // An image agent's agent.toml `privileged = true` asks for what --container-config's "privileged" does, under the same consent.
+  const container = agent.image?.privileged ? { ...options.container, privileged: true } : options.container;
+  await checkCompetitionRun(options.tasks, options.runtime, agent, container);
   await mkdir(join(runDir, "trials"), { recursive: true });
   const config = await buildRunConfig({
     runId,
@@ -248,7 +250,7 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     limits,
     isolateVerifier: options.isolateVerifier ?? null,
     grading: options.grading ?? null,
-    ...(options.container ? { container: options.container } : {}),
+    ...(container ? { container } : {}),
     upcomingTrials: () => plan.length,
   };
 

@@ -184,7 +184,7 @@ describe.skipIf(!haveDocker)("SWE-bench instances on Docker (real git mirror, re
     expect(await readFile(join(runDir, "trials", "calc-2__1", "agent", "patch.diff"), "utf8")).toBe("");
     expect(results["calc-3"]).toMatchObject({ status: "failed", reward: 0, grading: { failToPass: { failure: ["tests/test_ops.py::test_neg"] } } });
     expect(results["calc-4"]).toMatchObject({ status: "error", reward: 0, error: { kind: "agent" } });
-    expect(results["calc-4"]?.error?.message).toMatch(/the model patch does not apply: .*(patch failed: calc\/ops\.py:40|Hunk #1 FAILED at 40)/);
+    expect(results["calc-4"]?.error?.message).toMatch(/^the model patch does not apply: calc\/ops\.py: hunk #1 \(@@ -40,3 \+40,3 @@\) fits nowhere, even with 5 lines of fuzz \(git apply: .*patch failed: calc\/ops\.py:40/);
   }, 300_000);
 
   test("the agent cannot grade itself: rewritten test files are reset, /testbed holds only base history and has no network", async () => {

@@ -2,6 +2,8 @@ export { QueueDispatcher } from "./dispatcher";
 export type { QueueDispatcherOptions, WaitingNotice } from "./dispatcher";
 export { startWorker } from "./worker";
 export type { QueueWorkerOptions, QueueWorkerHandle } from "./worker";
+export { formatWorkerTrialLine } from "./trial-lines";
+export type { WorkerTrialUpdate } from "./trial-lines";
 export { QueueMonitor } from "./monitor";
 export type { QueueCounts } from "./monitor";
 export type { WorkerInfo } from "./registry";

@@ -17,6 +17,7 @@ import { SpecCache } from "./specs";
 import { packTrialFiles, removeSmallTreeSync } from "./trial-files";
 import { reapDeadWorkers, WORKER_LABELS, type ContainerApi } from "./reaper";
 import { beat, forget, queueBeat, type WorkerInfo } from "./registry";
+import type { WorkerTrialUpdate } from "./trial-lines";
 
 export interface QueueWorkerOptions {
   /** `redis://HOST:PORT/DB`. */
@@ -42,6 +43,8 @@ export interface QueueWorkerOptions {
   containers?: ContainerApi | null;
   /** Default 30,000 ms. */
   reapEveryMs?: number;
+  /** Told when a trial job starts and when it ends (`formatWorkerTrialLine` makes a log line of it). */
+  onTrial?: (update: WorkerTrialUpdate) => void;
 }
 
 export interface QueueWorkerHandle {
@@ -159,6 +162,15 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
     if (await isCancelled(data.runId)) return { skipped: true };
     running.add(data.trialId);
     beatSoon();
+    const jobStarted = Date.now();
+    const tell = (update: WorkerTrialUpdate) => {
+      try {
+        options.onTrial?.(update);
+      } catch (error) {
+        logger.warn("the trial listener failed", { error: (error as Error).message });
+      }
+    };
+    tell({ event: "started", runId: data.runId, trialId: data.trialId, attempt: job.attemptsMade + 1 });
     const runDir = join(options.workDir, "runs", `${data.runId}-${job.attemptsMade}-${randomBytes(3).toString("hex")}`);
     const emit = emitFor(data.runId);
     let small = false; // the trial dir went as a file list: its scratch dir is small
@@ -194,7 +206,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
         emit({ type: "trial_retry", trialId: data.trialId, taskId: task.id, data: { retry: job.attemptsMade + 1, delayMs: 0, message: result.error.message } });
         throw new Error(result.error.message);
       }
-      const final: TrialResult = { ...result, retries: job.attemptsMade };
+      const final: TrialResult = { ...result, retries: job.attemptsMade, worker: { name, host } };
       const trialDir = join(runDir, "trials", data.trialId);
       await mkdir(trialDir, { recursive: true });
       const files = packTrialFiles(trialDir);
@@ -212,7 +224,11 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
         finished--;
         throw new Error(`sending trial ${data.trialId}'s result to Redis failed: ${sent?.[0]?.message ?? "no reply"}`);
       }
+      tell({ event: "finished", runId: data.runId, trialId: data.trialId, status: final.status, durationMs: Date.now() - jobStarted, error: final.error ? `${final.error.kind}: ${final.error.message}` : null });
       return { trialId: data.trialId };
+    } catch (error) {
+      tell({ event: "released", runId: data.runId, trialId: data.trialId, reason: (error as Error).message, durationMs: Date.now() - jobStarted });
+      throw error;
     } finally {
       if (running.delete(data.trialId)) beatSoon(); // ended without a result (retry, stop)
       await removeScratch(runDir, small, logger);

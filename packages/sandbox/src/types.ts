@@ -85,6 +85,12 @@ export interface SandboxMount {
 export interface ContainerSettings {
   /** /dev/shm size in bytes. */
   shmSizeBytes?: number;
+  /** Soft memory limit in bytes (the hard one is SandboxCreateOptions.memoryMb). */
+  memoryReservationBytes?: number;
+  /** CPUs the sandbox may run on, e.g. "0-3" or "0,2". */
+  cpusetCpus?: string;
+  /** Relative CPU weight (1024 = the default). */
+  cpuShares?: number;
   /** GPUs through device requests: -1 every GPU, n that many; 0 or absent none. */
   gpus?: number;
   /** OCI runtime name as the daemon knows it (e.g. sysbox-runc). */

@@ -2,7 +2,8 @@ import { z } from "zod";
 
 /**
  * infra: image, daemon, sandbox start (the only kind retried);
- * setup: the task's workspace (checkout, install) failed;
+ * setup: the task's workspace (checkout, install) failed, or the task's own material is broken
+ *   (a gold patch that applies nowhere);
  * agent: agent setup failed or timed out;
  * verifier: verifier timed out, or wrote no / a garbled reward.
  */
@@ -159,6 +160,8 @@ export const TrialResult = z.object({
   grading: TestGrading.optional(),
   /** Competition tasks: score, validity, medal; the trial passed iff it earned a medal. */
   competition: CompetitionGrading.optional(),
+  /** Queued runs (`--queue`): the worker that ran the trial (its --name, and its host's name). */
+  worker: z.object({ name: z.string(), host: z.string() }).optional(),
 });
 export type TrialResult = z.infer<typeof TrialResult>;
 

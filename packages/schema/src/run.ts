@@ -24,6 +24,16 @@ export const RunConfig = z.object({
   /** Resource limits the run applied (defaults and maxima); absent: none beyond the tasks' own. */
   limits: z.record(z.string(), z.unknown()).optional(),
   /** `--container-config` settings (shm, gpus, OCI runtime, privileged); absent: none. A resume reuses them. */
-  container: z.object({ shmSizeBytes: z.number().optional(), gpus: z.number().optional(), runtime: z.string().optional(), privileged: z.boolean().optional() }).optional(),
+  container: z
+    .object({
+      shmSizeBytes: z.number().optional(),
+      memoryReservationBytes: z.number().optional(),
+      cpusetCpus: z.string().optional(),
+      cpuShares: z.number().optional(),
+      gpus: z.number().optional(),
+      runtime: z.string().optional(),
+      privileged: z.boolean().optional(),
+    })
+    .optional(),
 });
 export type RunConfig = z.infer<typeof RunConfig>;

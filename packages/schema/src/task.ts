@@ -77,6 +77,11 @@ export const SolutionSpec = z.object({
   dir: z.string(),
   /** Shell string the oracle runs in the workdir, e.g. `bash /solution/solve.sh`. */
   command: z.string().min(1),
+  /**
+   * A file in `dir` holding a unified diff (a SWE-bench gold patch): the oracle applies it in the
+   * workdir instead of running `command`, and a diff that applies nowhere is the task's fault.
+   */
+  patch: z.string().min(1).optional(),
 });
 export type SolutionSpec = z.infer<typeof SolutionSpec>;
 

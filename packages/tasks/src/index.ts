@@ -19,6 +19,8 @@ export { defaultCacheDir } from "./tree";
 export { parseSizeMb } from "./fields";
 export { loadSwebenchFile, isSwebenchFile, mirrorPath, SwebenchGrading, SWEBENCH_WORKDIR, SWEBENCH_BASE_IMAGE, SWEBENCH_LOG_PARSERS } from "./swebench";
 export type { SwebenchOptions, SwebenchLogParser } from "./swebench";
+export { deriveTestSpec, testDirectives, SWEBENCH_SPEC_REPOS } from "./swebench-specs";
+export type { DerivedTestSpec } from "./swebench-specs";
 export { loadTb2File, isTb2File, TB2_ARCHIVE_LIMITS } from "./tb2";
 export type { Tb2Options } from "./tb2";
 export { loadCompetitionTask, isCompetitionDir, medalFor, COMPETITION_PATHS } from "./competition";

@@ -7,6 +7,7 @@ import { COMMIT_ID, DEFAULT_AGENT_TIMEOUT_SEC, DEFAULT_BUILD_TIMEOUT_SEC, DEFAUL
 import { type LoaderOptions } from "./common";
 import { TaskLoadError } from "./errors";
 import { describe, displayPath } from "./fields";
+import { deriveTestSpec } from "./swebench-specs";
 import { defaultCacheDir, prepareDir } from "./tree";
 
 /** Options of the SWE-bench / SWE-smith dataset loader. */
@@ -128,8 +129,13 @@ export const SwebenchGrading = z.object({
   testPatch: z.string().min(1),
   failToPass: z.array(z.string()),
   passToPass: z.array(z.string()),
-  /** Shell command run in /testbed; null: `python3 -m pytest -rA <files the test patch touches>`. */
+  /**
+   * Shell command run in /testbed: the row's `test_cmd`, else derived from SWE-bench's per-repo,
+   * per-version table (swebench-specs.ts); null: `python3 -m pytest -rA <files the test patch touches>`.
+   */
   testCmd: z.string().nullable(),
+  /** The table entry testCmd was derived from ("django/django 3.0"); absent when the row gave it or none applies. */
+  testSpec: z.string().optional(),
   logParser: z.enum(SWEBENCH_LOG_PARSERS),
 });
 export type SwebenchGrading = z.infer<typeof SwebenchGrading>;
@@ -246,6 +252,8 @@ export async function loadSwebenchFile(file: string, options: SwebenchOptions = 
               { rel: "apply.sh", content: APPLY_SCRIPT, executable: true },
             ]),
             command: 'sh "${PROCTOR_SOLUTION_DIR:-/solution}/apply.sh" "${PROCTOR_SOLUTION_DIR:-/solution}/gold.patch"',
+            // The oracle applies gold.patch itself (git apply, --3way, then a fuzzy apply on the host).
+            patch: "gold.patch",
           };
     const grading: SwebenchGrading = {
       instanceId: parsed.instanceId,
@@ -254,6 +262,7 @@ export async function loadSwebenchFile(file: string, options: SwebenchOptions = 
       failToPass: parsed.failToPass,
       passToPass: parsed.passToPass,
       testCmd: parsed.testCmd,
+      ...(parsed.testSpec !== null ? { testSpec: parsed.testSpec } : {}),
       logParser: parsed.logParser,
     };
     const spec: TaskSpec = {
@@ -400,6 +409,8 @@ interface ParsedRow {
   environmentSetupCommit: string | null;
   imageName: string | null;
   testCmd: string | null;
+  /** The table entry testCmd came from ("django/django 3.0"); null when the row gave it, or none applies. */
+  testSpec: string | null;
   logParser: SwebenchLogParser;
   extra: Record<string, unknown>;
 }
@@ -473,13 +484,23 @@ function parseRow(value: unknown, at: string, errors: TaskLoadError[]): ParsedRo
   if (Array.isArray(row.test_cmd) && row.test_cmd.every((c) => typeof c === "string")) testCmd = (row.test_cmd as string[]).join("\n");
   else testCmd = str("test_cmd", { required: false });
   let logParser: SwebenchLogParser = guessParser(testCmd);
+  // Official rows carry no test command: the harness's table gives it for the repo and version.
+  let testSpec: string | null = null;
+  if (testCmd === null && repo !== null && testPatch !== null) {
+    const derived = deriveTestSpec(repo, version, testPatch);
+    if (derived) {
+      testCmd = derived.command;
+      logParser = derived.parser;
+      testSpec = derived.source;
+    }
+  }
   if (row.log_parser !== undefined && row.log_parser !== null) {
     if (typeof row.log_parser === "string" && (SWEBENCH_LOG_PARSERS as readonly string[]).includes(row.log_parser)) logParser = row.log_parser as SwebenchLogParser;
     else bad("log_parser", `must be one of ${SWEBENCH_LOG_PARSERS.join(", ")}, got ${describe(row.log_parser)}`);
   }
   if (errors.length > before || instanceId === null || repo === null || baseCommit === null || testPatch === null || problemStatement === null) return null;
   const extra = Object.fromEntries(Object.entries(row).filter(([key]) => !KNOWN.has(key)));
-  return { instanceId, repo, baseCommit, patch, testPatch, failToPass, passToPass, problemStatement, version, environmentSetupCommit, imageName, testCmd, logParser, extra };
+  return { instanceId, repo, baseCommit, patch, testPatch, failToPass, passToPass, problemStatement, version, environmentSetupCommit, imageName, testCmd, testSpec, logParser, extra };
 }
 
 /** The log parser a test command implies. */

@@ -81,6 +81,23 @@ describe("Terminal-Bench 2 rows", () => {
     expect(await readdir(must(greeting.solution).dir)).toContain("solve.sh");
   });
 
+  test("rows as the TB2 dataset writes them: the id in task_name, docker_image \"\" means build environment_tar", async () => {
+    const env = await tempDir();
+    await writeTree(env, { "environment/Dockerfile": "FROM proctor/base:bookworm\nWORKDIR /app\n" });
+    const rows = (await exampleRows()).map(({ task_id, ...rest }) => ({ ...rest, task_name: task_id, docker_image: "", environment_tar: tarB64(env, "environment") }));
+    const file = await writeRows([...rows, { ...must(rows[0]), task_name: "no-env", environment_tar: undefined }]);
+    const { tasks, errors } = await loadTb2File(file, { cacheDir: join(file, "..", "cache") });
+    expect(errors.map((e) => e.message)).toEqual([]);
+    expect(tasks.map((t) => t.id).sort()).toEqual(["fizzbuzz-python", "git-first-commit", "greeting-file", "no-env", "word-frequency"]);
+    for (const task of tasks.filter((t) => t.id !== "no-env")) {
+      expect(task.environment.dockerImage).toBeNull();
+      expect(await readdir(must(task.environment.buildContext))).toEqual(["Dockerfile"]);
+      expect(task.extra).not.toHaveProperty("task_name");
+    }
+    // No image and nothing to build: the runtime's default image, as for a row without the field.
+    expect(tasks.find((t) => t.id === "no-env")?.environment).toMatchObject({ dockerImage: null, buildContext: null });
+  });
+
   test("a bad row is an error naming the file, the line and the field; good rows still load", async () => {
     const [good] = await exampleRows();
     const file = await writeRows([

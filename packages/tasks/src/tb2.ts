@@ -19,10 +19,11 @@ import { defaultCacheDir, isDir } from "./tree";
  * Terminal-Bench 2 dataset rows (JSONL, or parquet): one task per row, its directories as tars
  * (base64 strings; in parquet also raw binary columns).
  * Field names read (the brief's and the TB2 dataset's; extra fields are kept in `extra`):
- * - id: `task_id`, else `instance`, else `id`, else `name`
+ * - id: `task_id`, else `task_name` (the TB2 dataset's column), else `instance`, else `id`, else `name`
  * - `instruction` (required), `category`, `difficulty`, `tags` (list or JSON-encoded list)
  * - `docker_image`; `environment_tar` (the task's environment/: Dockerfile + build context);
- *   with neither, the runtime's default image is used (as for a native task without one)
+ *   with neither, the runtime's default image is used (as for a native task without one).
+ *   An empty `docker_image` ("") means no prebuilt image, as TB2 environments read it.
  * - `tests_tar` (required: tests/ with test.sh), `solution_tar` (solution/ with solve.sh)
  * - `max_agent_timeout_sec`, `max_test_timeout_sec`
  */
@@ -39,7 +40,7 @@ export const TB2_ARCHIVE_LIMITS: Partial<ExtractLimits> = {
 };
 
 const TAR_FIELDS = { environment_tar: "environment", tests_tar: "tests", solution_tar: "solution" } as const;
-const ID_FIELDS = ["task_id", "instance", "id", "name"] as const;
+const ID_FIELDS = ["task_id", "task_name", "instance", "id", "name"] as const;
 const KNOWN = new Set<string>([...ID_FIELDS, ...Object.keys(TAR_FIELDS), "instruction", "category", "difficulty", "tags", "docker_image", "max_agent_timeout_sec", "max_test_timeout_sec"]);
 const BASE64 = /^[A-Za-z0-9+/\r\n]*={0,2}\s*$/;
 
@@ -172,7 +173,7 @@ async function loadRow({ where, source, text: line }: RowText, options: Tb2Optio
     return bad("row", `is not valid JSON: ${(error as Error).message}`);
   }
   const idField = ID_FIELDS.find((f) => row[f] !== undefined && row[f] !== null);
-  if (idField === undefined) return bad("task_id", "is missing: give each row a task_id (or instance / id / name)");
+  if (idField === undefined) return bad("task_id", "is missing: give each row a task_id (or task_name / instance / id / name)");
   const id = row[idField];
   if (typeof id !== "string" || !TASK_ID_PATTERN.test(id)) {
     return bad(idField, `must be a task id (1-128 of [A-Za-z0-9._-], starting with a letter or digit), got ${JSON.stringify(id).slice(0, 80)}`);
@@ -191,6 +192,8 @@ async function loadRow({ where, source, text: line }: RowText, options: Tb2Optio
     return n;
   };
   const fields: Record<string, string | number | null> = {};
+  // "" (or blanks): no prebuilt image, so the environment_tar is built (TB2 rows say it so).
+  if (typeof row.docker_image === "string" && row.docker_image.trim() === "") row = { ...row, docker_image: null };
   for (const f of ["instruction", "category", "difficulty", "docker_image"]) {
     const v = str(f, f === "instruction");
     if (v !== null && typeof v === "object") return v;

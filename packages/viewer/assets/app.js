@@ -205,10 +205,11 @@ async function runPage(runId) {
 
 /**
  * A log viewer that shows the tail first (where a failure usually is) and loads earlier chunks on
- * request; only the chunks asked for are read on the server.
- * @param {string} runId @param {string} trialId @param {string} name @param {number} size
+ * request; only the chunks asked for are read on the server. `autoload` false: nothing is read
+ * until the button is clicked (a trial with many files).
+ * @param {string} runId @param {string} trialId @param {string} name @param {number} size @param {boolean} [autoload]
  */
-function logBlock(runId, trialId, name, size) {
+function logBlock(runId, trialId, name, size, autoload = true) {
   const pre = h("pre", { "data-file": name }, "");
   const more = /** @type {HTMLButtonElement} */ (h("button", { "data-more": name }, `load ${name}`));
   /** Byte where the text shown starts; null until the tail is loaded, 0 when everything is shown. */
@@ -226,8 +227,28 @@ function logBlock(runId, trialId, name, size) {
   };
   more.addEventListener("click", () => void load().catch(fail));
   // The tail loads at once; earlier parts wait for a click.
-  void load().catch(fail);
+  if (autoload) void load().catch(fail);
   return h("div", {}, h("h3", {}, `${name} `, h("span", { class: "muted" }, `${size} bytes`)), pre, more);
+}
+
+/** Files shown with their tails at once on a trial page; the rest load on a click. */
+const SANDBOX_AUTOLOAD = 10;
+
+/**
+ * What processes in the sandbox wrote to /logs (the task's tests: logs/verifier/..., the agent:
+ * logs/agent/...), apart from Proctor's own captures above, with the log cap's cuts.
+ * @param {string} runId @param {string} trialId
+ * @param {{ files: { name: string, size: number }[], omitted: number, truncated: { dir: string, note: string }[] } | undefined} s
+ */
+function sandboxFilesBlock(runId, trialId, s) {
+  if (!s) return null;
+  return h("section", { id: "sandbox-files" },
+    h("h2", {}, "Files the sandbox wrote"),
+    h("p", { class: "muted" }, "Written to /logs by processes in the sandbox (the task's tests, the agent), not by Proctor: read them as the sandbox's word."),
+    s.truncated.map((c) => h("p", { class: "error truncated", "data-dir": c.dir }, h("b", {}, `${c.dir} is incomplete: `), c.note || "the log cap cut it")),
+    s.files.length === 0 ? h("p", { class: "muted" }, "the sandbox wrote no files to /logs") : null,
+    s.files.map((f, i) => logBlock(runId, trialId, f.name, f.size, i < SANDBOX_AUTOLOAD)),
+    s.omitted > 0 ? h("p", { class: "muted" }, `and ${s.omitted} more file(s), not listed`) : null);
 }
 
 /** @param {unknown} value */
@@ -276,6 +297,7 @@ async function trialPage(runId, trialId) {
     ["reward", r.reward === null ? "-" : String(r.reward)], ["duration", dur(r.durationMs)], ["retries", String(r.retries)],
     ["agent", r.agent ? `${r.agent.name ?? ""}${r.agent.model ? ` (${r.agent.model})` : ""} exit ${r.agent.exitCode ?? "-"}${r.agent.timedOut ? ", timed out" : ""}` : "-"],
   ];
+  if (r.worker) facts.push(["worker", `${r.worker.name} on ${r.worker.host}`]);
   if (r.error) facts.push(["error", `${r.error.kind}: ${r.error.message}`]);
   if (r.agent?.usage) facts.push(["usage", `${r.agent.usage.inputTokens} in / ${r.agent.usage.outputTokens} out tokens, ${r.agent.usage.requests} requests`]);
   const integ = r.integrity;
@@ -314,6 +336,7 @@ async function trialPage(runId, trialId) {
     h("h2", {}, "Logs"),
     Object.entries(t.files).filter(([name]) => name !== "agent/trajectory.json").map(([name, size]) => logBlock(runId, trialId, name, /** @type {number} */ (size))),
     Object.keys(t.files).length === 0 ? h("p", { class: "muted" }, "no logs recorded") : null,
+    sandboxFilesBlock(runId, trialId, t.sandboxFiles),
     t.trialDir ? h("p", { class: "muted" }, t.trialDir) : null,
   );
 }

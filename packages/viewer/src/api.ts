@@ -1,5 +1,5 @@
-import { open, readFile, stat } from "node:fs/promises";
-import { basename, join, resolve } from "node:path";
+import { lstat, open, readdir, readFile, realpath, stat } from "node:fs/promises";
+import { basename, join, resolve, sep } from "node:path";
 import type { TrialResult } from "@proctor/schema";
 import { buildComparison, buildRunReport, fullReason, trialFlags, type RunReport } from "@proctor/report";
 import { wilsonInterval } from "@proctor/reward";
@@ -16,6 +16,17 @@ export const TRIAL_FILES: ReadonlySet<string> = new Set([
   "verifier/reward.txt",
   "setup/install.log",
 ]);
+/**
+ * Where a trial dir keeps what the sandbox itself wrote to /logs (the task's tests, the agent):
+ * `logs/verifier/...`, `logs/agent/...` (competitions: /home/logs). A dir the log cap cut has a
+ * `logs/<dir>.TRUNCATED` note beside it.
+ */
+export const SANDBOX_LOGS_DIR = "logs";
+/** Most files of logs/ listed on a trial page (the rest are counted). */
+export const SANDBOX_FILES_MAX = 500;
+/** Most bytes of one `.TRUNCATED` note shown. */
+const NOTE_BYTES = 4096;
+
 /** Most bytes of a log sent per request; the page asks for the next (or earlier) chunk. */
 export const LOG_CHUNK = 256 * 1024;
 /** Most trial rows per page. */
@@ -189,6 +200,50 @@ async function readLog(path: string, name: string, query: URLSearchParams): Prom
   }
 }
 
+/** A file the sandbox wrote, and a dir of them the log cap cut. */
+interface SandboxFiles {
+  files: { name: string; size: number }[];
+  /** Files past SANDBOX_FILES_MAX, not listed. */
+  omitted: number;
+  /** `logs/agent` with the note of its `logs/agent.TRUNCATED`. */
+  truncated: { dir: string; note: string }[];
+}
+
+/**
+ * Every regular file under the trial's logs/ (breadth first, names sorted; links are not
+ * followed), and the `.TRUNCATED` notes of the dirs the log cap cut.
+ */
+async function sandboxFiles(trialDir: string): Promise<SandboxFiles> {
+  const out: SandboxFiles = { files: [], omitted: 0, truncated: [] };
+  const queue = [SANDBOX_LOGS_DIR];
+  while (queue.length > 0) {
+    const rel = queue.shift() as string;
+    const entries = await readdir(join(trialDir, rel), { withFileTypes: true }).catch(() => []);
+    for (const entry of entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
+      const name = `${rel}/${entry.name}`;
+      if (entry.isDirectory()) queue.push(name);
+      else if (entry.isFile() && rel === SANDBOX_LOGS_DIR && entry.name.endsWith(".TRUNCATED")) {
+        const note = await readFile(join(trialDir, name)).then((b) => b.subarray(0, NOTE_BYTES).toString("utf8").trim(), () => "");
+        out.truncated.push({ dir: name.slice(0, -".TRUNCATED".length), note });
+      } else if (entry.isFile()) {
+        if (out.files.length >= SANDBOX_FILES_MAX) out.omitted++;
+        else out.files.push({ name, size: (await stat(join(trialDir, name)).catch(() => null))?.size ?? 0 });
+      }
+    }
+  }
+  return out;
+}
+
+/** The host path of a logs/ file a request names, or null: a relative path to a regular file inside the trial's logs/, reached without links. */
+async function sandboxFilePath(trialDir: string, name: string): Promise<string | null> {
+  const parts = name.split("/");
+  if (parts[0] !== SANDBOX_LOGS_DIR || parts.length < 2 || parts.some((p) => p === "" || p === "." || p === ".." || p.includes("\0"))) return null;
+  const path = join(trialDir, ...parts);
+  const [root, real, info] = await Promise.all([realpath(join(trialDir, SANDBOX_LOGS_DIR)).catch(() => null), realpath(path).catch(() => null), lstat(path).catch(() => null)]);
+  if (!root || !real || !info?.isFile() || !real.startsWith(`${root}${sep}`)) return null;
+  return path;
+}
+
 function newestFirst(a: RunDir, b: RunDir): number {
   const x = a.summary.startedAt;
   const y = b.summary.startedAt;
@@ -201,7 +256,9 @@ function newestFirst(a: RunDir, b: RunDir): number {
  *
  * - `runs`: the runs list; `runs/<id>`: run page data; `runs/<id>/trials?status&category&kind&q&sort&offset&limit`:
  *   one page of the trial table, filtered and sorted here (limit <= 500), `total` = matching rows;
- * - `runs/<id>/trials/<trialId>`: trial page data; `.../file?name&(offset|end)`: one chunk of a log;
+ * - `runs/<id>/trials/<trialId>`: trial page data (Proctor's captures in `files`, what the sandbox
+ *   wrote under logs/ in `sandboxFiles` with the log cap's cuts); `.../file?name&(offset|end)`: one
+ *   chunk of a log (a TRIAL_FILES name, or `logs/...`);
  * - `compare?a&b`: the paired comparison of two runs.
  */
 export async function answerApi(source: RunSource, path: readonly string[], query: URLSearchParams, options: ViewerApiOptions = {}): Promise<ApiAnswer> {
@@ -263,8 +320,12 @@ export async function answerApi(source: RunSource, path: readonly string[], quer
     const trialDir = join(run.dir, "trials", trial.trialId);
     if (leaf === "file") {
       const name = query.get("name") ?? "";
-      if (!TRIAL_FILES.has(name)) return badRequest(`not a trial file: ${name}`);
-      return readLog(join(trialDir, name), name, query);
+      if (TRIAL_FILES.has(name)) return readLog(join(trialDir, name), name, query);
+      if (name.startsWith(`${SANDBOX_LOGS_DIR}/`)) {
+        const path = await sandboxFilePath(trialDir, name);
+        return path ? readLog(path, name, query) : notFound(`${name} is not a file the sandbox wrote to this trial's logs`);
+      }
+      return badRequest(`not a trial file: ${name}`);
     }
     if (leaf !== undefined) return notFound(`no such page: ${leaf}`);
     const files: Record<string, number> = {};
@@ -273,7 +334,7 @@ export async function answerApi(source: RunSource, path: readonly string[], quer
       if (s?.isFile()) files[name] = s.size;
     }
     const instruction = await (options.instruction ?? defaultInstruction)(run, trial.taskId);
-    const body = { result: trial, reason: fullReason(trial), flags: trialFlags(trial), files, instruction, trialDir: showPaths ? trialDir : null };
+    const body = { result: trial, reason: fullReason(trial), flags: trialFlags(trial), files, sandboxFiles: await sandboxFiles(trialDir), instruction, trialDir: showPaths ? trialDir : null };
     // Without paths, the run dir inside the result (an uploaded agent's dir, a message) reads as "." instead.
     return { status: 200, body: showPaths ? body : (JSON.parse(JSON.stringify(body).split(run.dir).join(".")) as unknown) };
   }

@@ -1,4 +1,4 @@
-import { appendFile, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { appendFile, mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -92,9 +92,18 @@ beforeAll(async () => {
     await mkdir(join(tasksDir, id), { recursive: true });
     await writeFile(join(tasksDir, id, "instruction.md"), `Do the ${id} task.\n`);
   }
-  await writeRun("20250301-100000-oracle", tasks, [trial("data-clean", "passed"), trial("data-join", "passed"), trial("web-server", "passed", { integrity: { isolation: "shared", tamperChecked: true, tampered: [], survivors: [{ pid: 7, ppid: 1, command: "nginx -g daemon off;", ports: [80] }], flagged: true, note: null } }), trial("web-tls", "passed")], "completed", "2025-03-01T10:00:00.000Z");
+  await writeRun("20250301-100000-oracle", tasks, [trial("data-clean", "passed"), trial("data-join", "passed"), trial("web-server", "passed", { worker: { name: "gpu-box-1", host: "node7" }, integrity: { isolation: "shared", tamperChecked: true, tampered: [], survivors: [{ pid: 7, ppid: 1, command: "nginx -g daemon off;", ports: [80] }], flagged: true, note: null } }), trial("web-tls", "passed")], "completed", "2025-03-01T10:00:00.000Z");
   const agentRun = await writeRun("20250302-100000-agent", tasks, [trial("data-clean", "failed"), trial("data-join", "error", { error: { kind: "verifier", message: "no reward file: /logs/verifier/reward.txt" } })], "running", "2025-03-02T10:00:00.000Z");
   await writeFile(join(agentRun, "trials", "data-clean__1", "agent", "trajectory.json"), JSON.stringify(LLM_TRAJECTORY, null, 2));
+  // What the sandbox wrote to /logs, as collect leaves it: the tests' pytest output, the agent's own
+  // log, a cut dir's note, and a link no collect makes (the API must not follow it).
+  const sandboxLogs = join(agentRun, "trials", "data-clean__1", "logs");
+  await mkdir(join(sandboxLogs, "verifier"), { recursive: true });
+  await mkdir(join(sandboxLogs, "agent", "runs"), { recursive: true });
+  await writeFile(join(sandboxLogs, "verifier", "pytest.txt"), "FAILED tests/test_clean.py::test_names - AssertionError: assert '<b>ada</b>' == 'ada'\n1 failed in 0.12s\n");
+  await writeFile(join(sandboxLogs, "agent", "runs", "step-1.log"), "cleaning names\n");
+  await writeFile(join(sandboxLogs, "agent.TRUNCATED"), "/logs/agent went past the 104857600 byte cap on collected logs (limits.logBytes): /logs/agent/runs/step-2.log was cut and nothing after it copied\n");
+  await symlink("/etc/passwd", join(sandboxLogs, "verifier", "passwd"));
   await mkdir(SHOTS, { recursive: true });
   viewer = await startViewer({ paths: [join(root, "runs")], port: 0, pollMs: 300 });
   if (haveChromium) browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--headless", "--no-sandbox", "--disable-gpu"] });
@@ -179,6 +188,7 @@ describe.skipIf(!haveChromium)("proctor view in Chromium", () => {
     expect(text).toContain("survivors: 1 (nginx); flagged: passed with agent processes alive");
     expect(text).toContain("7 nginx -g daemon off; :80");
     expect(text).toMatch(/agent\s+2s/);
+    expect(text).toMatch(/worker\s+gpu-box-1 on node7/); // the queue worker that ran it
     expect(text).not.toContain("null");
     await page.locator('pre[data-file="agent/stdout.txt"]').getByText("agent output for web-server").waitFor();
     expect(await page.locator('pre[data-file="agent/stdout.txt"]').innerText()).toContain("<script>alert(1)</script>"); // shown, not run
@@ -203,6 +213,25 @@ describe.skipIf(!haveChromium)("proctor view in Chromium", () => {
     expect(await calls.nth(1).locator(".tool-output").innerText()).toBe("clean the names");
     expect(await turns.nth(3).locator(".tool-call").innerText()).toBe("→ submit({})");
     await page.screenshot({ path: join(SHOTS, "trajectory.png"), fullPage: true });
+    await page.close();
+  });
+
+  test("trial page: the files the sandbox wrote (the tests' pytest output), labelled as the sandbox's, with sizes and the cut marks", async () => {
+    const page = await open("/#/run/20250302-100000-agent/trial/data-clean__1");
+    const section = page.locator("#sandbox-files");
+    await section.locator('pre[data-file="logs/verifier/pytest.txt"]').getByText("1 failed in 0.12s").waitFor();
+    const text = await section.innerText();
+    expect(text).toContain("Files the sandbox wrote");
+    expect(text).toContain("Written to /logs by processes in the sandbox (the task's tests, the agent), not by Proctor");
+    expect(text).toMatch(/logs\/verifier\/pytest\.txt \d+ bytes/);
+    expect(text).toContain("logs/agent/runs/step-1.log 15 bytes");
+    expect(await section.locator('p.truncated[data-dir="logs/agent"]').innerText()).toBe(
+      "logs/agent is incomplete: /logs/agent went past the 104857600 byte cap on collected logs (limits.logBytes): /logs/agent/runs/step-2.log was cut and nothing after it copied",
+    );
+    await section.locator('pre[data-file="logs/agent/runs/step-1.log"]').getByText("cleaning names").waitFor();
+    expect(text).not.toContain("passwd"); // a link is not a file the sandbox wrote
+    expect(text).not.toContain(".TRUNCATED");
+    await page.screenshot({ path: join(SHOTS, "trial-sandbox-files.png"), fullPage: true });
     await page.close();
   });
 
@@ -278,6 +307,13 @@ describe("viewer API", () => {
   test("refuses files outside the trial's known logs and unknown runs", async () => {
     const bad = await fetch(new URL("/api/runs/20250301-100000-oracle/trials/data-clean__1/file?name=../../run.json", viewer.url));
     expect(bad.status).toBe(400);
+    // Under logs/: only regular files inside it, reached without links.
+    const logFile = (name: string) => fetch(new URL(`/api/runs/20250302-100000-agent/trials/data-clean__1/file?name=${encodeURIComponent(name)}`, viewer.url));
+    expect((await logFile("logs/../result.json")).status).toBe(404);
+    expect((await logFile("logs/verifier/passwd")).status).toBe(404);
+    expect((await logFile("logs/verifier")).status).toBe(404);
+    const pytest = (await (await logFile("logs/verifier/pytest.txt")).json()) as { text: string };
+    expect(pytest.text).toContain("1 failed in 0.12s");
     expect((await fetch(new URL("/api/runs/nope", viewer.url))).status).toBe(404);
     expect((await fetch(new URL("/../../etc/passwd", viewer.url))).status).toBe(404);
     const page = (await (await fetch(new URL("/api/runs/20250301-100000-oracle/trials?limit=2&offset=2", viewer.url))).json()) as { trials: { trialId: string }[] };

@@ -8,6 +8,7 @@ import { readRunConfig, startRun } from "@proctor/engine";
 import { loadTasks } from "@proctor/tasks";
 import { AgentConfigError, patchesAgent, readImageAgent } from "@proctor/agents";
 import { parseContainerConfig, type ContainerConfig } from "@proctor/sandbox-docker";
+import { describeLimits, resolveRunLimits, storedRunLimits, type LimitFlags, type ResolvedLimits } from "../limits";
 import { UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
 import { createProgress, renderRunSummary } from "@proctor/report";
@@ -42,6 +43,8 @@ export interface RunCommandOptions {
   llm?: LlmFlags;
   /** --container-config FILE (JSON: mem_limit, shm_size, nano_cpus, gpus, runtime, privileged). */
   containerConfig?: string;
+  /** --memory-mb, --cpus, --pids-limit, --storage-mb: the run's default limits (0 = none). */
+  limits?: LimitFlags;
   /** --queue redis://HOST:PORT/DB: trials run on `proctor worker`s; the run dir and progress stay here. */
   queue?: string;
   /** --bundles-dir: where task bundles go for the workers (default <out>/.bundles). */
@@ -157,11 +160,9 @@ function imageAgentSpec(dir: string): AgentSpec {
   return { kind: "image", dir: resolve(dir) };
 }
 
-/** The container config a stored run was started with (settings, and memory/CPUs as its default limits). */
-function containerOf(previous: { container?: ContainerConfig["settings"]; limits?: Record<string, unknown> }): ContainerConfig | undefined {
-  const defaults = (previous.limits?.defaults ?? {}) as { memoryMb?: number; cpus?: number };
-  if (!previous.container && defaults.memoryMb === undefined && defaults.cpus === undefined) return undefined;
-  return { settings: previous.container ?? {}, ...(defaults.memoryMb !== undefined ? { memoryMb: defaults.memoryMb } : {}), ...(defaults.cpus !== undefined ? { cpus: defaults.cpus } : {}) };
+/** The container settings a stored run was started with (its limits are reused from run.json as they are). */
+function containerOf(previous: { container?: ContainerConfig["settings"] }): ContainerConfig | undefined {
+  return previous.container ? { settings: previous.container } : undefined;
 }
 
 /** `--container-config FILE`, parsed; every problem names the file and field. */
@@ -210,6 +211,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   let isolateVerifier = options.isolateVerifier;
   let grading = options.grading;
   let storedContainer: ContainerConfig | undefined;
+  let storedLimits: ResolvedLimits | undefined;
   let llmFlags: LlmFlags = options.llm ?? {};
   // SWE-bench loader flags, as absolute paths: stored in run.json, reused by a resume.
   const dataset: { reposDir?: string; imageTemplate?: string; envSetup?: string } = {
@@ -244,6 +246,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       isolateVerifier ??= previous.isolateVerifier;
       grading ??= previous.grading;
       storedContainer = containerOf(previous);
+      storedLimits = storedRunLimits(previous.limits);
       dataset.reposDir ??= previous.dataset?.reposDir;
       dataset.imageTemplate ??= previous.dataset?.imageTemplate;
       dataset.envSetup ??= previous.dataset?.envSetup;
@@ -272,6 +275,11 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
 
   const agent = agentArg?.startsWith("patches:") ? predictionsAgent(agentArg.slice("patches:".length)) : parseAgent(agentArg, prepared.agentDir, llmFlags);
   const container = options.containerConfig !== undefined ? await readContainerConfig(options.containerConfig) : storedContainer;
+  // A resume repeats the stored limits unless a limit flag or a container config is given (a
+  // changed value is then refused like any other config change).
+  const limitFlags = options.limits ?? {};
+  const limitsGiven = options.containerConfig !== undefined || Object.values(limitFlags).some((v) => v !== undefined);
+  const resolvedLimits = storedLimits !== undefined && !limitsGiven ? storedLimits : resolveRunLimits(limitFlags, container);
   const queued = options.queue
     ? openQueuedRun({ url: options.queue, bundlesDir: options.bundlesDir, out: options.out, runtime: parseRuntimeChoice(runtimeArg), logger: options.logger, err })
     : null;
@@ -297,6 +305,8 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   options.signal?.addEventListener("abort", () => controller.abort(options.signal?.reason), { once: true });
 
   err.write(`run directory: ${runDir}\n`);
+  // Sandboxes without a filesystem of their own are host processes: no limit applies to them.
+  err.write(`${describeLimits(resolvedLimits, runtime.capabilities.files)}\n`);
   const progress = createProgress(err, { runDir, intervalMs: progressIntervalMs(process.env) });
   let summary: RunSummary;
   try {
@@ -318,7 +328,8 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       signal: controller.signal,
       logger: options.logger,
       ...(queued ? { dispatch: queued.dispatch } : {}),
-      ...(container ? { container: container.settings, limits: { defaults: { ...(container.memoryMb !== undefined ? { memoryMb: container.memoryMb } : {}), ...(container.cpus !== undefined ? { cpus: container.cpus } : {}) } } } : {}),
+      ...(container ? { container: container.settings } : {}),
+      ...(resolvedLimits.limits ? { limits: resolvedLimits.limits } : {}),
     });
     const unsubscribe = handle.bus.subscribe((event) => progress.onEvent(event));
     try {

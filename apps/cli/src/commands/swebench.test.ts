@@ -106,3 +106,54 @@ describe.skipIf(!docker)("proctor run on SWE-bench rows: --repos-dir / --image /
     expect(changed.stderr).toMatch(/dataset: .*mirrors-copy/);
   });
 });
+
+describe.skipIf(!docker)("a gold patch that applies nowhere is the task's fault; a fuzzy one applies without `patch` in the image", () => {
+  let root: string;
+  let fixture: { dataset: string; mirrors: string; envSetup: string };
+  beforeAll(async () => {
+    root = await mkdtemp(join(tmpdir(), "proctor-swe-gold-test-"));
+    const calc = await buildSweCalc(root);
+    // Made against a version of ops.py whose first line differed: git apply refuses it, patch --fuzz takes it.
+    const fuzzy = calc.patches.fixMul.replace(" def add(a, b):", " def add(x, y):");
+    const misfit = "diff --git a/calc/ops.py b/calc/ops.py\n--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -40,3 +40,4 @@\n-nothing like this\n-is in the file\n+at all\n+really\n+here\n context\n";
+    const dataset = await calc.writeDataset(
+      [
+        { id: "gold-fuzzy", patch: fuzzy, testPatch: calc.patches.testMul, failToPass: ["tests/test_ops.py::test_mul"], passToPass: ["tests/test_ops.py::test_add"] },
+        { id: "gold-misfit", patch: misfit, testPatch: calc.patches.testMul, failToPass: ["tests/test_ops.py::test_mul"], passToPass: ["tests/test_ops.py::test_add"] },
+      ],
+      "gold.jsonl",
+    );
+    // The image has no `patch` at all (the build fails if it still has one).
+    const envSetup = join(root, "no-patch.yaml");
+    await writeFile(envSetup, 'acme/calc:\n  "*":\n    image_setup:\n      - "rm -f /usr/bin/patch"\n      - "! command -v patch"\n');
+    fixture = { dataset, mirrors: calc.mirrors, envSetup };
+  });
+  afterAll(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
+  test("proctor run --agent oracle: the misfit is a setup error (errorsByKind, swebench error_ids), the fuzzy one resolves", async () => {
+    const runs = join(root, "runs");
+    const r = await proctor(["run", fixture.dataset, "--repos-dir", fixture.mirrors, "--env-setup", fixture.envSetup, "--agent", "oracle", "--runtime", "docker", "-o", runs, "--run-id", "gold", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const runDir = join(runs, "gold");
+    const results = (await readFile(join(runDir, "results.jsonl"), "utf8")).trim().split("\n").map((l) => JSON.parse(l) as { taskId: string; status: string; error: { kind: string; message: string } | null });
+    const byId = Object.fromEntries(results.map((x) => [x.taskId, x]));
+    expect(byId["gold-fuzzy"]).toMatchObject({ status: "passed", error: null });
+    expect(byId["gold-misfit"]).toMatchObject({ status: "error", error: { kind: "setup" } });
+    expect(byId["gold-misfit"]?.error?.message).toMatch(/^the task's gold patch does not apply: calc\/ops\.py: hunk #1 \(@@ -40,3 \+40,4 @@\) fits nowhere/);
+    const summary = JSON.parse(await readFile(join(runDir, "summary.json"), "utf8")) as { errorsByKind: Record<string, number> };
+    expect(summary.errorsByKind).toEqual({ setup: 1 });
+    const report = await proctor(["report", runDir, "--format", "swebench"]);
+    expect(report.code, report.stderr).toBe(0);
+    expect(JSON.parse(report.stdout)).toMatchObject({ resolved_ids: ["gold-fuzzy"], error_ids: ["gold-misfit"], unresolved_ids: [] });
+  });
+
+  test("proctor tasks validate names the row whose gold patch does not apply", async () => {
+    const r = await proctor(["tasks", "validate", fixture.dataset, "--repos-dir", fixture.mirrors, "--env-setup", fixture.envSetup, "--runtime", "docker", "-n", "2"]);
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stdout).toContain("1 of 2 task(s) are broken:");
+    expect(r.stdout).toMatch(/ {2}gold-misfit\n {4}oracle error \(setup: the task's gold patch does not apply: calc\/ops\.py: hunk #1/);
+    expect(r.stdout).not.toContain("gold-fuzzy");
+  });
+});

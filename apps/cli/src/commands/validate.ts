@@ -2,7 +2,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { AgentSpec, Logger, TaskSpec, TrialResult } from "@proctor/schema";
-import { startRun } from "@proctor/engine";
+import { DEFAULT_TRIAL_LIMITS, startRun } from "@proctor/engine";
 import { loadTasks } from "@proctor/tasks";
 import { UsageError } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
@@ -74,6 +74,8 @@ export async function validateCommand(options: ValidateOptions): Promise<number>
         concurrency: options.concurrency,
         attempts: 1,
         defaultImage: options.defaultImage ?? (runtime.name === "docker" ? DEFAULT_DOCKER_IMAGE : null),
+        // The limits `proctor run` gives a task that names none: a valid task fits in them or says what it needs.
+        limits: { defaults: { ...DEFAULT_TRIAL_LIMITS } },
         logger: options.logger,
       });
       const unsubscribe = handle.bus.subscribe((event) => {

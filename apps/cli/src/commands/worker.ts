@@ -1,6 +1,6 @@
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { QueueUrlError, startWorker } from "@proctor/queue";
+import { formatWorkerTrialLine, QueueUrlError, startWorker } from "@proctor/queue";
 import { DockerRuntime } from "@proctor/sandbox-docker";
 import type { Logger } from "@proctor/schema";
 import { EXIT_INTERRUPTED, UsageError } from "../errors";
@@ -38,6 +38,8 @@ export async function workerCommand(options: WorkerCommandOptions): Promise<numb
       ...(options.name ? { name: options.name } : {}),
       ...(token ? { token } : {}),
       containers: runtime instanceof DockerRuntime ? runtime.docker : null,
+      // One line per trial started and finished, so the worker's log says what it ran.
+      onTrial: (update) => err.write(`${formatWorkerTrialLine(update)}\n`),
       // Tests: find a killed worker's jobs sooner than BullMQ's 30 s lock.
       ...(lockMs ? { lockDurationMs: lockMs, stalledIntervalMs: lockMs } : {}),
     });

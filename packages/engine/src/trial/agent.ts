@@ -50,7 +50,7 @@ export async function runAgent(attempt: SandboxAttempt): Promise<void> {
       if (result) {
         timedOut = result.timedOut;
         exitCode = result.exitCode;
-        if (result.error) state.errors.push({ kind: "agent", message: result.error });
+        if (result.error) state.errors.push({ kind: result.errorKind ?? "agent", message: result.error });
       }
     }
   } finally {
