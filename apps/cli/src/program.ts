@@ -52,7 +52,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .command("run")
     .description("run an agent on tasks: a task dir, a dir of task dirs, an archive (.zip/.tar.gz), or SWE-bench rows (.jsonl/.json)")
     .argument("[source...]", "task sources (optional with --resume)")
-    .option("-a, --agent <agent>", "oracle | nop | llm | patches:<predictions.jsonl> | image:<dir> | <agent-dir> (default: the archive's agent_code, else oracle)")
+    .option("-a, --agent <agent>", "oracle | nop | llm | claude-code[@VER] | codex[@VER] | installed:<dir>[@VER] | patches:<predictions.jsonl> | image:<dir> | <agent-dir> (default: the archive's agent_code, else oracle)")
     .addOption(new Option("--runtime <runtime>", "sandbox runtime").choices(["auto", "docker", "local"]).default("auto"))
     .option("-n, --concurrency <n>", "trials at once", positiveInt("--concurrency"), 4)
     .option("-k, --attempts <k>", "attempts per task", positiveInt("--attempts"), 1)
@@ -69,9 +69,9 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--default-image <image>", "image for tasks that name none (default on Docker: proctor/base:bookworm)")
     .option("--isolate-verifier", "no agent process may be alive when the verifier starts, for every task (default: each task decides)")
     .option("--no-isolate-verifier", "let agent processes live through verification, for every task (trusted agents; listed and flagged)")
-    .option("--model <name>", "--agent llm: the model to evaluate (required with --agent llm)")
-    .option("--base-url <url>", "--agent llm: OpenAI-compatible base URL (default: $OPENAI_BASE_URL, else https://api.openai.com/v1)")
-    .option("--api-key-env <var>", "--agent llm: NAME of the env var holding the API key (default OPENAI_API_KEY)")
+    .option("--model <name>", "--agent llm / claude-code / codex / installed: the model to evaluate (required with them)")
+    .option("--base-url <url>", "the model API's root (default: $OPENAI_BASE_URL, else https://api.openai.com/v1; for claude-code $ANTHROPIC_BASE_URL, else https://api.anthropic.com/v1)")
+    .option("--api-key-env <var>", "NAME of the env var holding the API key (default OPENAI_API_KEY; ANTHROPIC_API_KEY for claude-code)")
     .option("--max-turns <n>", "--agent llm: model requests per trial", positiveInt("--max-turns"))
     .option("--temperature <t>", "--agent llm: sampling temperature (0-2)", (v) => {
       const n = Number(v);

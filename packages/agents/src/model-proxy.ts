@@ -24,9 +24,11 @@ interface TrialProxy {
 
 /**
  * Starts a model proxy for `spec` and wraps `inner` (an agent that calls a model from inside
- * its sandbox, e.g. a code agent) so each trial gets OPENAI_BASE_URL / OPENAI_API_BASE pointing
- * at the proxy, a per-trial token as OPENAI_API_KEY, and OPENAI_MODEL / PROCTOR_MODEL. The real
- * key is read here from `env[spec.apiKeyEnv]` and stays in this process.
+ * its sandbox, e.g. a code agent) so each trial gets OPENAI_BASE_URL / OPENAI_API_BASE /
+ * PROCTOR_MODEL_BASE_URL (the proxy's /v1) and ANTHROPIC_BASE_URL (its root) pointing at the
+ * proxy, a per-trial token as OPENAI_API_KEY / ANTHROPIC_API_KEY / PROCTOR_MODEL_TOKEN, and
+ * OPENAI_MODEL / PROCTOR_MODEL. The real key is read here from `env[spec.apiKeyEnv]` and stays
+ * in this process.
  *
  * Reachability: a sandbox that offers `forwardHostSocket` (Docker) gets the proxy's Unix socket
  * as 127.0.0.1:MODEL_PROXY_PORT inside its own network namespace and nothing else; other
@@ -36,7 +38,11 @@ interface TrialProxy {
  * and result.json gets the model and usage. A spent budget stops the agent and is an `agent`
  * error naming the budget; an upstream that rejects the key or the model stops the run.
  */
-export async function withModelProxy(inner: Agent, spec: ModelProxySpec, options: { env?: NodeJS.ProcessEnv; logger?: Logger } = {}): Promise<ModelProxyAgent> {
+export async function withModelProxy(
+  inner: Agent,
+  spec: ModelProxySpec,
+  options: { env?: NodeJS.ProcessEnv; logger?: Logger; trajectoryAgent?: { name: string; version?: string } } = {},
+): Promise<ModelProxyAgent> {
   const env = options.env ?? process.env;
   const proxy: ModelProxy = await startModelProxy({
     upstreamBaseUrl: spec.baseUrl,
@@ -51,6 +57,7 @@ export async function withModelProxy(inner: Agent, spec: ModelProxySpec, options
   const open = async (ctx: AgentContext): Promise<TrialProxy> => {
     const session = proxy.openSession({
       label: basename(dirname(ctx.logDir)),
+      ...(options.trajectoryAgent ? { agent: options.trajectoryAgent } : {}),
       ...(spec.budgetTokens !== undefined ? { budgetTokens: spec.budgetTokens } : {}),
       ...(spec.budgetRequests !== undefined ? { budgetRequests: spec.budgetRequests } : {}),
     });
@@ -68,7 +75,18 @@ export async function withModelProxy(inner: Agent, spec: ModelProxySpec, options
     const trial: TrialProxy = {
       session,
       forwarder,
-      env: { OPENAI_BASE_URL: baseUrl, OPENAI_API_BASE: baseUrl, OPENAI_API_KEY: session.token, OPENAI_MODEL: spec.model, PROCTOR_MODEL: spec.model },
+      env: {
+        OPENAI_BASE_URL: baseUrl,
+        OPENAI_API_BASE: baseUrl,
+        OPENAI_API_KEY: session.token,
+        OPENAI_MODEL: spec.model,
+        // Anthropic's SDKs add /v1/messages to the root themselves.
+        ANTHROPIC_BASE_URL: baseUrl.replace(/\/v1$/, ""),
+        ANTHROPIC_API_KEY: session.token,
+        PROCTOR_MODEL: spec.model,
+        PROCTOR_MODEL_BASE_URL: baseUrl,
+        PROCTOR_MODEL_TOKEN: session.token,
+      },
     };
     trials.set(ctx.sandbox, trial);
     return trial;

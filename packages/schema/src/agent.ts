@@ -40,6 +40,18 @@ export const AgentSpec = z.discriminatedUnion("kind", [
     /** Most model requests in flight at once across the run's trials (adaptive below it). */
     llmConcurrency: z.number().int().positive().optional(),
   }),
+  /**
+   * A CLI agent installed once per machine and bound read-only into its sandboxes, talking to
+   * its model through Proctor's proxy: a built-in (`name` "codex" or "claude-code", no `dir`) or
+   * the agent.toml in `dir`; `version` overrides the definition's.
+   */
+  z.object({
+    kind: z.literal("installed"),
+    name: z.string().min(1),
+    version: z.string().min(1).optional(),
+    dir: z.string().optional(),
+    modelProxy: ModelProxySpec,
+  }),
   /** An agent packaged as a Docker image: `<dir>/Dockerfile` + `<dir>/agent.toml` (name, start, [env], [build_args]). */
   z.object({ kind: z.literal("image"), dir: z.string() }),
   /** An Agent object a library user passed to the engine; recorded by its name. */
