@@ -163,6 +163,63 @@ describe.skipIf(!haveDocker)("proctor run --agent codex / claude-code (the real 
     });
   }
 
+  test("failures are explained: a rejected key stops the run (exit 4), a CLI exiting non-zero is an agent error with its output's tail, a hung one is killed at the agent timeout", async () => {
+    let server: ScriptedServer | null = null;
+    try {
+      // 401 to Proctor's key: no trial can succeed, the run stops.
+      server = await startScriptedModelServer({ apiKey: "sk-another-key", handler: () => ({ content: "unused" }) });
+      const env = { [KEY_ENV]: KEY, PROCTOR_CACHE_DIR: CACHE };
+      const denied = await proctor(["run", tasks, "--runtime", "docker", "-o", out, "--run-id", "fail-401", "--agent", "codex", "--model", "m", "--base-url", server.baseUrl, "--api-key-env", KEY_ENV], { env });
+      expect(denied.code, denied.stderr).toBe(4);
+      expect(denied.stderr).toContain(`$${KEY_ENV}`);
+      expect(denied.stderr).toContain(server.baseUrl);
+      expect(denied.stdout + denied.stderr).not.toContain(KEY);
+      await server.close();
+
+      // A request the model rejects (400): Codex gives up and exits non-zero.
+      server = await startScriptedModelServer({ handler: () => ({ status: 400, body: { error: { message: "scripted: this request is malformed", type: "invalid_request_error" } } }) });
+      const crashed = await proctor(["run", tasks, "--runtime", "docker", "-o", out, "--run-id", "fail-exit", "--agent", "codex", "--model", "m", "--base-url", server.baseUrl, "--api-key-env", KEY_ENV, "--json"], { env });
+      expect(crashed.code, crashed.stderr).toBe(0);
+      const [result] = (await readFile(join(out, "fail-exit", "results.jsonl"), "utf8")).trim().split("\n").map((l) => JSON.parse(l));
+      expect(result.status).toBe("error");
+      expect(result.error.kind).toBe("agent");
+      expect(result.error.message).toMatch(/^codex@0\.171\.0 exited with [1-9]\d*: /);
+      expect(result.error.message).toContain("scripted: this request is malformed");
+      await server.close();
+
+      // A model that never answers: Codex would wait for ever; the agent timeout kills it.
+      const hung = join(out, "hung-tasks");
+      await writeTask(hung, "hello");
+      await writeFile(join(hung, "hello", "task.toml"), `[agent]\ntimeout_sec = 8\n[environment]\ndocker_image = "proctor/base:bookworm"\n`);
+      server = await startScriptedModelServer({ handler: () => new Promise<ScriptedReply>(() => undefined) });
+      const slow = await proctor(["run", hung, "--runtime", "docker", "-o", out, "--run-id", "fail-hang", "--agent", "codex", "--model", "m", "--base-url", server.baseUrl, "--api-key-env", KEY_ENV], { env });
+      expect(slow.code, slow.stderr).toBe(0);
+      const [hang] = (await readFile(join(out, "fail-hang", "results.jsonl"), "utf8")).trim().split("\n").map((l) => JSON.parse(l));
+      expect(hang.agent).toMatchObject({ timedOut: true, exitCode: null });
+      expect(hang.status).toBe("failed");
+      expect(hang.phases.find((p: { phase: string }) => p.phase === "agent").durationMs).toBeLessThan(60_000);
+      for (const id of ["fail-401", "fail-exit", "fail-hang"]) expect(containersOf(id)).toEqual([]);
+    } finally {
+      await server?.close();
+    }
+  });
+
+  test("an image the binary cannot run on is a clear per-task error naming the image and why (Claude Code's glibc build in a busybox image)", async () => {
+    const server = await startScriptedModelServer({ handler: () => ({ content: "unused" }) });
+    try {
+      const musl = join(out, "busybox-tasks");
+      await writeTask(musl, "hello");
+      await writeFile(join(musl, "hello", "task.toml"), `[environment]\ndocker_image = "proctor/busybox:latest"\n`);
+      const r = await proctor(["run", musl, "--runtime", "docker", "-o", out, "--run-id", "fail-libc", "--agent", "claude-code", "--model", "m", "--base-url", server.baseUrl, "--api-key-env", KEY_ENV], { env: { [KEY_ENV]: KEY, PROCTOR_CACHE_DIR: CACHE } });
+      expect(r.code, r.stderr).toBe(0);
+      const [result] = (await readFile(join(out, "fail-libc", "results.jsonl"), "utf8")).trim().split("\n").map((l) => JSON.parse(l));
+      expect(result.error).toEqual({ kind: "agent", message: expect.stringMatching(/^claude-code@2\.1\.332 cannot run in proctor\/busybox:latest: its binary needs the dynamic loader \/lib64\/ld-linux-x86-64\.so\.2 \(glibc\), which the image does not have/) });
+      expect(server.requests).toEqual([]);
+    } finally {
+      await server.close();
+    }
+  });
+
   test("a missing key variable is exit 2 naming it, before any trial", async () => {
     const r = await proctor(["run", tasks, "--runtime", "docker", "-o", out, "--run-id", "no-key", "--agent", "codex", "--model", "m", "--api-key-env", "PROCTOR_E2E_UNSET_KEY"], { env: { PROCTOR_CACHE_DIR: CACHE } });
     expect(r.code).toBe(2);

@@ -8,6 +8,19 @@ import { INSTALL_MOUNT, SESSION_LOGS_DIR, STATE_DIR, fillPlaceholders, type Inst
 import { withModelProxy, type ModelProxyAgent } from "./model-proxy";
 import type { Agent, AgentContext, AgentRunResult } from "./types";
 
+/**
+ * Without network, a lookup of a public host waits out the resolver's timeouts (musl's: seconds
+ * per lookup; Codex does several at start and exit). A closed loopback port as the proxy for
+ * everything but loopback makes such attempts fail at once; the model proxy stays direct.
+ */
+const NO_INTERNET_ENV: Record<string, string> = Object.fromEntries(
+  [
+    ...["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"].flatMap((name) => [name, name.toLowerCase()]).map((name) => [name, "http://127.0.0.1:9"]),
+    ["NO_PROXY", "127.0.0.1,localhost,::1"],
+    ["no_proxy", "127.0.0.1,localhost,::1"],
+  ],
+);
+
 /** Linux refuses one argv string above 128 KiB; the instruction goes as an argument. */
 const MAX_INSTRUCTION_BYTES = 120 * 1024;
 
@@ -142,6 +155,7 @@ export function installedAgent(options: InstalledAgentOptions): InstalledAgent {
         PROCTOR_WORKDIR: ctx.sandbox.workdir,
         PROCTOR_AGENT_STATE_DIR: STATE_DIR,
         PROCTOR_AGENT_LOGS: def.logs.map((path) => fillPlaceholders(path, values)).join("\n"),
+        ...(ctx.task.environment.allowInternet ? {} : NO_INTERNET_ENV),
       };
       const result = await execLogged(ctx, ["sh", "-c", RUN_SCRIPT, "sh", ...argv], { env: runEnv });
       const base = toRunResult(result);
