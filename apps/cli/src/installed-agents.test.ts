@@ -6,7 +6,8 @@ import { join } from "node:path";
 import { startScriptedModelServer, type ScriptedReply, type ScriptedRequest, type ScriptedServer } from "@proctor/llm";
 import { dockerTestGate } from "@proctor/sandbox-docker";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { proctor } from "./test-support";
+import { startRedisServer } from "@proctor/queue";
+import { finish, proctor, spawnProctor } from "./test-support";
 
 const haveDocker = await dockerTestGate();
 const KEY = "sk-installed-e2e-REAL-9d41c7a0e2";
@@ -217,6 +218,33 @@ describe.skipIf(!haveDocker)("proctor run --agent codex / claude-code (the real 
       expect(server.requests).toEqual([]);
     } finally {
       await server.close();
+    }
+  });
+
+  test("proctor run --queue: a worker installs Codex on first use and runs it with the key from its own environment", async () => {
+    const redis = await startRedisServer();
+    const server = await startScriptedModelServer({ apiKey: KEY, handler: (r) => (r.toolResults.length === 0 && CASES[0] ? CASES[0].call : { content: "done" }) });
+    const workerCache = join(out, "worker-cache");
+    const worker = spawnProctor(["worker", "--queue", redis.url, "--runtime", "docker", "--name", "cli-agent-worker", "--work-dir", join(out, "worker-work")], { [KEY_ENV]: KEY, PROCTOR_CACHE_DIR: workerCache });
+    const exited = finish(worker);
+    try {
+      const r = await proctor(["run", tasks, "--queue", redis.url, "--runtime", "docker", "-o", out, "--run-id", "queued-codex", "--agent", "codex", "--model", "m", "--base-url", server.baseUrl, "--api-key-env", KEY_ENV, "--json"], { env: { [KEY_ENV]: "not-the-key-the-dispatcher-has" } });
+      expect(r.code, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout).trials).toMatchObject({ total: 1, passed: 1 });
+      // The worker installed it into its own cache; the dispatcher installed nothing.
+      expect((await readdir(join(workerCache, "agents"))).some((d) => d.startsWith("codex-"))).toBe(true);
+      expect(r.stderr).not.toContain("agent codex");
+      expect(server.requests.every((q) => q.headers.authorization === `Bearer ${KEY}`)).toBe(true);
+      const runDir = join(out, "queued-codex");
+      const [trialId] = await readdir(join(runDir, "trials"));
+      const trajectory = JSON.parse(await readFile(join(runDir, "trials", trialId as string, "agent", "trajectory.json"), "utf8"));
+      expect(trajectory.steps.some((s: { tool_calls?: unknown[] }) => s.tool_calls?.length)).toBe(true);
+      expect(await filesHolding(runDir, KEY)).toEqual([]);
+    } finally {
+      worker.kill("SIGTERM");
+      await exited;
+      await server.close();
+      await redis.stop();
     }
   });
 
