@@ -220,6 +220,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--llm-models <list>", "--llm-proxy-base-url: comma-separated models a batch may name with ?model= (the first is the default)")
     .option("--llm-budget-tokens <n>", "--llm-proxy-base-url: prompt + completion tokens per trial", positiveInt("--llm-budget-tokens"))
     .option("--llm-budget-requests <n>", "--llm-proxy-base-url: model requests per trial", positiveInt("--llm-budget-requests"))
+    .option("--agents <list>", "--llm-proxy-base-url: installed CLI agents batches may name with ?agent= (comma-separated: codex[@VER], claude-code[@VER], installed:<dir>[@VER]); such a batch uploads tasks/ only")
     .option("--agent-image-build-timeout <sec>", "an uploaded agent_image/ build running longer fails its batch", positiveNumber("--agent-image-build-timeout"), 600)
     .option("--agent-image-max-mb <n>", "largest uploaded agent_image/ build context and built image; larger fails the batch", positiveInt("--agent-image-max-mb"), 4096)
     .option("--agent-image-build-network", "let RUN steps of uploaded agent_image/ Dockerfiles reach the network (default: none)", false)
@@ -255,7 +256,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
                 },
               }
             : {}),
-          llmProxyBaseUrl: o.llmProxyBaseUrl, llmApiKeyEnv: o.llmApiKeyEnv, llmModels: o.llmModels, llmBudgetTokens: o.llmBudgetTokens, llmBudgetRequests: o.llmBudgetRequests, logger,
+          llmProxyBaseUrl: o.llmProxyBaseUrl, llmApiKeyEnv: o.llmApiKeyEnv, llmModels: o.llmModels, llmBudgetTokens: o.llmBudgetTokens, llmBudgetRequests: o.llmBudgetRequests, agents: o.agents, logger,
         }),
       ),
     );
