@@ -137,11 +137,19 @@ export class Session implements ModelProxySession {
 
   /** The items of this request not already sent by the previous request of the same conversation. */
   newItems(items: readonly unknown[]): { reused: number; added: unknown[] } {
-    const encoded = items.map((m) => JSON.stringify(m));
-    const key = encoded[0] ?? "";
+    const key = items.length > 0 ? JSON.stringify(items[0]) : "";
     const last = this.conversations.get(key) ?? [];
+    let encoded: string[];
     let reused = 0;
-    while (reused < encoded.length && reused < last.length && encoded[reused] === last[reused]) reused++;
+    // Conversations grow by appending: when the previous request's last item is still in its place,
+    // only the new items need encoding (a long prompt is not re-encoded on every turn).
+    if (last.length > 0 && items.length >= last.length && JSON.stringify(items[last.length - 1]) === last[last.length - 1]) {
+      reused = last.length;
+      encoded = [...last, ...items.slice(reused).map((m) => JSON.stringify(m))];
+    } else {
+      encoded = items.map((m) => JSON.stringify(m));
+      while (reused < encoded.length && reused < last.length && encoded[reused] === last[reused]) reused++;
+    }
     this.conversations.set(key, encoded);
     return { reused, added: items.slice(reused) };
   }

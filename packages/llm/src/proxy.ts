@@ -223,7 +223,9 @@ export async function startModelProxy(options: ModelProxyOptions): Promise<Model
     const stream = body.stream === true && !route.countTokens;
     const requestedModel = typeof body.model === "string" ? body.model : null;
     const url = `${root}${path.replace(/^\/v1(?=\/)/, "")}${protocol === "anthropic-messages" && query === "beta=true" ? "?beta=true" : ""}`;
-    const payload = JSON.stringify(pinRequest(protocol, body, options.model));
+    // Sent as received when nothing changes (the usual case: the CLI was started with --model), else re-encoded.
+    const pinned = pinRequest(protocol, body, options.model);
+    const payload = requestedModel === options.model && pinned.stream_options === body.stream_options ? raw : JSON.stringify(pinned);
     const headers = upstreamHeaders(req, protocol, stream);
     if (route.countTokens) session.totals.countTokens++;
     else session.totals.forwarded++;
@@ -247,18 +249,21 @@ export async function startModelProxy(options: ModelProxyOptions): Promise<Model
       conversation = session.newItems(items ?? []);
       session.recordInputs(inputsOf(protocol, conversation.added));
     };
-    const info = (status: number | null, error?: string) => ({
-      protocol,
-      stream,
-      status,
-      attempts,
-      durationMs: Math.round(performance.now() - started),
-      firstByteMs,
-      requestedModel,
-      messageCount: items?.length ?? 0,
-      reusedMessages: conversation?.reused ?? 0,
-      ...(error !== undefined ? { error } : {}),
-    });
+    const info = (status: number | null, error?: string) => {
+      recordInputs(); // the agent's inputs come before the answer in the trajectory
+      return {
+        protocol,
+        stream,
+        status,
+        attempts,
+        durationMs: Math.round(performance.now() - started),
+        firstByteMs,
+        requestedModel,
+        messageCount: items?.length ?? 0,
+        reusedMessages: conversation?.reused ?? 0,
+        ...(error !== undefined ? { error } : {}),
+      };
+    };
 
     for (;;) {
       attempts++;
@@ -270,7 +275,7 @@ export async function startModelProxy(options: ModelProxyOptions): Promise<Model
       }
       let answer: Dispatcher.ResponseData | null = null;
       try {
-        answer = await request(url, {
+        const sent = request(url, {
           method: "POST",
           headers,
           body: payload,
@@ -279,6 +284,9 @@ export async function startModelProxy(options: ModelProxyOptions): Promise<Model
           signal: gone.signal,
           ...(options.dispatcher ? { dispatcher: options.dispatcher } : {}),
         });
+        // Reading the request for the trajectory overlaps the upstream's work instead of delaying the answer.
+        if (attempts === 1) setImmediate(recordInputs);
+        answer = await sent;
       } catch (error) {
         release();
         if (gone.signal.aborted) return;
@@ -291,7 +299,6 @@ export async function startModelProxy(options: ModelProxyOptions): Promise<Model
         if (status === 429) limiter.onRateLimited();
         if (status >= 200 && status < 300) {
           limiter.onSuccess();
-          recordInputs();
           const out: OutgoingHttpHeaders = { ...returnedHeaders(answer.headers), "content-type": String(answer.headers["content-type"] ?? (stream ? "text/event-stream" : "application/json")) };
           const isStream = stream && String(answer.headers["content-type"] ?? "").includes("text/event-stream");
           if (isStream) {
