@@ -68,6 +68,12 @@ function tail(text: string, lines = 8): string {
   return text.trim().split("\n").slice(-lines).join("\n");
 }
 
+/** npm's own words, on one line: its error lines without the log-file pointer. */
+function npmReason(stderr: string): string {
+  const lines = stderr.split("\n").map((l) => l.replace(/^npm (error|ERR!)\s*/, "").trim()).filter((l) => l !== "" && !/complete log of this run/i.test(l) && !/^code [A-Z]+$/.test(l));
+  return lines.slice(0, 2).join(" ").slice(0, 400) || "no output";
+}
+
 async function npmInstall(def: InstalledAgentDefinition, root: string, options: InstallOptions): Promise<void> {
   const common = ["--ignore-scripts", "--no-audit", "--no-fund", "--no-update-notifier", "--loglevel=error"];
   let args: string[];
@@ -84,7 +90,7 @@ async function npmInstall(def: InstalledAgentDefinition, root: string, options: 
     await run("npm", args, { cwd: root, env: npmEnv(process.env), timeout: NPM_TIMEOUT_MS, maxBuffer: 16 * 1024 * 1024, ...(options.signal ? { signal: options.signal } : {}) });
   } catch (error) {
     const e = error as { stderr?: string; message: string; code?: string };
-    const why = e.code === "ENOENT" ? "npm is not on PATH (it comes with Node.js)" : tail(e.stderr || e.message);
+    const why = e.code === "ENOENT" ? "npm is not on PATH (it comes with Node.js)" : npmReason(e.stderr || e.message);
     throw new AgentSetupError(`installing ${def.name} ${def.version}: npm ${args[0]} ${def.npm.join(" ")} failed: ${why}`, null, false, { cause: error });
   }
 }
