@@ -109,7 +109,9 @@ describe.skipIf(!haveDocker)("proctor run --agent codex / claude-code (the real 
         });
         const runId = `e2e-${c.agent}-${process.pid}`;
         const env = { [KEY_ENV]: KEY, PROCTOR_CACHE_DIR: CACHE };
-        const r = await proctor(["run", tasks, "--runtime", "docker", "-o", out, "--run-id", runId, "--agent", c.agent, "--model", c.model, "--base-url", server.baseUrl, "--api-key-env", KEY_ENV, "--json"], { env });
+        const prices = join(out, `prices-${c.agent}.json`);
+        await writeFile(prices, JSON.stringify({ [c.model]: { input: 3, output: 15, cache_read: 0.3 } }));
+        const r = await proctor(["run", tasks, "--runtime", "docker", "-o", out, "--run-id", runId, "--agent", c.agent, "--model", c.model, "--base-url", server.baseUrl, "--api-key-env", KEY_ENV, "--price-table", prices, "--json"], { env });
         expect(r.code, r.stderr).toBe(0);
         expect(r.stderr).toMatch(new RegExp(`agent ${c.agent} [\\d.]+: (installed in [\\d.]+ s|cached) `));
         const summary = JSON.parse(r.stdout);
@@ -148,6 +150,11 @@ describe.skipIf(!haveDocker)("proctor run --agent codex / claude-code (the real 
         const result = JSON.parse(await readFile(join(trialDir, "result.json"), "utf8"));
         expect(result.agent).toMatchObject({ name: expect.stringContaining(c.agent), model: c.model, usage: { inputTokens: totals.inputTokens, outputTokens: totals.outputTokens, requests: totals.requests, cacheReadTokens: totals.cachedTokens } });
         expect(summary.usage).toMatchObject({ inputTokens: totals.inputTokens, outputTokens: totals.outputTokens, requests: totals.requests, trials: 1 });
+        // The price table's cost: fresh input at 3, cached at 0.3, output at 15 USD per million tokens.
+        const cost = Math.round((totals.inputTokens - totals.cachedTokens) * 3 + totals.cachedTokens * 0.3 + totals.outputTokens * 15) / 1e6;
+        expect(result.agent.usage.costUsd).toBe(cost);
+        expect(summary.usage.costUsd).toBe(cost);
+        expect(r.stderr).toMatch(/^cost\s+\$\d+\.\d{4} \(from the price table, over 1 trials\)$/m);
         // The CLI's own session log came back beside it.
         expect((await allFiles(join(trialDir, "logs", "agent"))).some((f) => c.sessionsGlob.test(f))).toBe(true);
 

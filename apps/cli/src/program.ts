@@ -83,6 +83,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--llm-proxy", "code agent: give it --model through Proctor's per-trial proxy (OPENAI_BASE_URL + a per-trial OPENAI_API_KEY)")
     .option("--llm-budget-tokens <n>", "--llm-proxy: prompt + completion tokens per trial; beyond it the agent is stopped", positiveInt("--llm-budget-tokens"))
     .option("--llm-budget-requests <n>", "--llm-proxy: model requests per trial; beyond it the agent is stopped", positiveInt("--llm-budget-requests"))
+    .option("--price-table <file>", "claude-code / codex / installed / --llm-proxy: JSON {\"<model>\": {\"input\", \"output\", \"cache_read\", \"cache_write\"}} in USD per million tokens; usage then carries costUsd")
     .option("--container-config <file>", "JSON: mem_limit, shm_size, nano_cpus, gpus (-1 = all), runtime, privileged (needs I_ACCEPT_RUNNING_PRIVILEGED_CONTAINERS=True)")
     .option("--queue <url>", "run the trials on proctor workers through Redis (redis://HOST:PORT/DB); run dir and progress stay here")
     .option("--bundles-dir <dir>", "--queue: directory the workers share for task bundles (default <out>/.bundles)")
@@ -121,6 +122,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
             llmProxy: o.llmProxy,
             llmBudgetTokens: o.llmBudgetTokens,
             llmBudgetRequests: o.llmBudgetRequests,
+            priceTable: o.priceTable,
           },
           json: o.json,
           logger,

@@ -6,6 +6,7 @@ import { AgentConfigError } from "./errors";
 import { installedAgent } from "./installed";
 import { installKey } from "./installed-cache";
 import { builtinInstalledAgent, hostArch, readInstalledAgent } from "./installed-def";
+import { readPriceTable, withCost } from "./model-proxy";
 
 const GOOD = `name = "mycli"
 version = "1.2.3"
@@ -60,5 +61,25 @@ describe("agent.toml of installed agents", () => {
     const spec = { model: "m", baseUrl: "https://api.example.com/v1", apiKeyEnv: "PROCTOR_TEST_UNSET_KEY_VAR" };
     expect(() => installedAgent({ definition: codex, modelProxy: spec, env: {} })).toThrow("$PROCTOR_TEST_UNSET_KEY_VAR is not set");
     expect(installedAgent({ definition: codex, modelProxy: spec, env: { PROCTOR_TEST_UNSET_KEY_VAR: "k" } }).name).toBe(`codex@${codex.version}`);
+  });
+});
+
+describe("cost from a price table", () => {
+  test("withCost prices fresh, cached and cache-written input apart; readPriceTable names the file and the missing model", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "proctor-prices-"));
+    try {
+      const file = join(dir, "prices.json");
+      await writeFile(file, JSON.stringify({ "gpt-x": { input: 2, output: 8, cache_read: 0.5 } }));
+      const prices = readPriceTable(file, "gpt-x");
+      expect(prices).toEqual({ input: 2, output: 8, cacheRead: 0.5 });
+      // 1,000,000 in (200,000 of them cached), 100,000 out: 0.8 * 2 + 0.2 * 0.5 + 0.1 * 8 = 2.5 USD
+      expect(withCost({ inputTokens: 1_000_000, outputTokens: 100_000, cacheReadTokens: 200_000, cacheWriteTokens: 0 }, prices).costUsd).toBe(2.5);
+      expect(withCost({ inputTokens: 10, outputTokens: 1 }, undefined)).not.toHaveProperty("costUsd");
+      expect(() => readPriceTable(file, "claude-y")).toThrow(`${file} has no entry for model "claude-y" (it has gpt-x)`);
+      await writeFile(file, JSON.stringify({ "gpt-x": { input: "cheap", output: 8 } }));
+      expect(() => readPriceTable(file, "gpt-x")).toThrow(/gpt-x\.input: .*USD per million tokens/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

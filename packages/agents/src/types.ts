@@ -34,7 +34,7 @@ export interface AgentRunResult {
   /** Model the agent talked to, if any (recorded in result.json `agent.model`). */
   model?: string;
   /** Token and request counts of a model-driven agent (recorded in result.json `agent.usage`). */
-  usage?: { inputTokens: number; outputTokens: number; requests: number; retries: number; cacheReadTokens?: number; cacheWriteTokens?: number };
+  usage?: { inputTokens: number; outputTokens: number; requests: number; retries: number; cacheReadTokens?: number; cacheWriteTokens?: number; costUsd?: number };
   /** Set when the agent was stopped for a reason of its own making (a spent model budget): an `agent` error. */
   error?: string;
 }

@@ -26,10 +26,10 @@ export interface ModelProxyUsage {
   requests: number;
   /** Upstream failures (429, 5xx, connection errors, cut streams), whether the proxy retried them or the agent did. */
   retries: number;
-  /** Prompt tokens read from the provider's cache (part of inputTokens). */
-  cacheReadTokens: number;
-  /** Prompt tokens written to the provider's cache (part of inputTokens; Anthropic). */
-  cacheWriteTokens: number;
+  /** Prompt tokens read from the provider's cache (part of inputTokens); present once the provider reported cache use. */
+  cacheReadTokens?: number;
+  /** Prompt tokens written to the provider's cache (part of inputTokens; Anthropic); present with cacheReadTokens. */
+  cacheWriteTokens?: number;
 }
 
 /** One trial's access to the proxy: a token, its budget, and what it used. */
@@ -106,7 +106,9 @@ export class Session implements ModelProxySession {
 
   usage(): ModelProxyUsage {
     const t = this.totals;
-    return { inputTokens: t.inputTokens, outputTokens: t.outputTokens, requests: t.requests, retries: t.retries, cacheReadTokens: t.cacheRead, cacheWriteTokens: t.cacheWrite };
+    // Cache counts only when the provider reported any (not every endpoint caches).
+    const cache = t.cacheRead > 0 || t.cacheWrite > 0 ? { cacheReadTokens: t.cacheRead, cacheWriteTokens: t.cacheWrite } : {};
+    return { inputTokens: t.inputTokens, outputTokens: t.outputTokens, requests: t.requests, retries: t.retries, ...cache };
   }
 
   /** Why the next request must be refused, or null. */

@@ -94,7 +94,7 @@ describe("model proxy", () => {
     expect(server.requests.map((r) => r.headers.authorization)).toEqual([`Bearer ${KEY}`, `Bearer ${KEY}`]);
     expect(server.requests.map((r) => r.model)).toEqual(["real-model", "real-model"]);
     const totals = server.totals();
-    expect(session.usage()).toEqual({ inputTokens: totals.inputTokens, outputTokens: totals.outputTokens, requests: 2, retries: 0, cacheReadTokens: 0, cacheWriteTokens: 0 });
+    expect(session.usage()).toEqual({ inputTokens: totals.inputTokens, outputTokens: totals.outputTokens, requests: 2, retries: 0 });
     const trajectory = session.trajectory() as { steps: any[] };
     expect(trajectory).toMatchObject({ schema_version: "ATIF-v1.4", session_id: "t1", final_metrics: { total_prompt_tokens: totals.inputTokens, total_steps: 3 } });
     expect(trajectory.steps.map((s) => s.source)).toEqual(["user", "agent", "agent"]);

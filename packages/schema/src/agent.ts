@@ -16,6 +16,11 @@ export const ModelProxySpec = z.object({
   budgetRequests: z.number().int().positive().optional(),
   /** Most upstream requests in flight at once across the run's trials. */
   llmConcurrency: z.number().int().positive().optional(),
+  /** USD per million tokens of `model` (`--price-table`): usage then carries costUsd. Cache prices default to the input price. */
+  prices: z
+    .object({ input: z.number().nonnegative(), output: z.number().nonnegative(), cacheRead: z.number().nonnegative().optional(), cacheWrite: z.number().nonnegative().optional() })
+    .strict()
+    .optional(),
 });
 export type ModelProxySpec = z.infer<typeof ModelProxySpec>;
 

@@ -2,11 +2,11 @@ import { mkdir, readFile, stat } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
-import type { AgentSpec, Logger, RunSummary, TaskSpec } from "@proctor/schema";
+import type { AgentSpec, Logger, ModelProxySpec, RunSummary, TaskSpec } from "@proctor/schema";
 import { DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL } from "@proctor/llm";
 import { readRunConfig, startRun } from "@proctor/engine";
 import { loadTasks } from "@proctor/tasks";
-import { AgentConfigError, AgentError, BUILTIN_INSTALLED_AGENTS, builtinInstalledAgent, installAgent, isBuiltinInstalledAgent, patchesAgent, readImageAgent, readInstalledAgent, type InstalledAgentDefinition } from "@proctor/agents";
+import { AgentConfigError, AgentError, BUILTIN_INSTALLED_AGENTS, readPriceTable, builtinInstalledAgent, installAgent, isBuiltinInstalledAgent, patchesAgent, readImageAgent, readInstalledAgent, type InstalledAgentDefinition } from "@proctor/agents";
 import { parseContainerConfig, type ContainerConfig } from "@proctor/sandbox-docker";
 import { CliError, UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
@@ -64,6 +64,20 @@ export interface LlmFlags {
   llmProxy?: boolean;
   llmBudgetTokens?: number;
   llmBudgetRequests?: number;
+  /** --price-table FILE: JSON {"<model>": {"input", "output", "cache_read"?, "cache_write"?}} in USD per million tokens. */
+  priceTable?: string;
+  /** The prices a resumed run was started with (its --price-table, already read). */
+  storedPrices?: ModelProxySpec["prices"];
+}
+
+/** `--price-table FILE`'s prices for `model`; every problem names the file (exit 2). */
+export function pricesFor(file: string, model: string): NonNullable<ModelProxySpec["prices"]> {
+  try {
+    return readPriceTable(resolve(file), model);
+  } catch (error) {
+    if (error instanceof AgentConfigError) throw new UsageError(`--price-table ${error.message}`, { cause: error });
+    throw error;
+  }
 }
 
 /**
@@ -156,6 +170,7 @@ export function installedSpec(value: string, def: InstalledAgentDefinition, flag
       ...(flags.llmConcurrency !== undefined ? { llmConcurrency: flags.llmConcurrency } : {}),
       ...(flags.llmBudgetTokens !== undefined ? { budgetTokens: flags.llmBudgetTokens } : {}),
       ...(flags.llmBudgetRequests !== undefined ? { budgetRequests: flags.llmBudgetRequests } : {}),
+      ...(flags.priceTable !== undefined ? { prices: pricesFor(flags.priceTable, flags.model) } : flags.storedPrices ? { prices: flags.storedPrices } : {}),
     },
   };
 }
@@ -166,8 +181,8 @@ export function parseAgent(value: string | undefined, archiveAgentDir: string | 
     if (installed) return installedSpec(value, installed, llm);
   }
   const flagName = (k: string) => `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
-  const given = (keys: string[]) => Object.entries(llm).filter(([k, v]) => v !== undefined && v !== false && keys.includes(k)).map(([k]) => flagName(k));
-  const proxyOnly = given(["llmProxy", "llmBudgetTokens", "llmBudgetRequests"]);
+  const given = (keys: string[]) => Object.entries(llm).filter(([k, v]) => v !== undefined && v !== false && k !== "storedPrices" && keys.includes(k)).map(([k]) => flagName(k));
+  const proxyOnly = given(["llmProxy", "llmBudgetTokens", "llmBudgetRequests", "priceTable"]);
   const loopOnly = given(["maxTurns", "temperature", "maxOutputTokens"]);
   const llmFlags = given(Object.keys(llm));
   if (value === "llm") {
@@ -187,6 +202,7 @@ export function parseAgent(value: string | undefined, archiveAgentDir: string | 
         ...model,
         ...(llm.llmBudgetTokens !== undefined ? { budgetTokens: llm.llmBudgetTokens } : {}),
         ...(llm.llmBudgetRequests !== undefined ? { budgetRequests: llm.llmBudgetRequests } : {}),
+        ...(llm.priceTable !== undefined && llm.model ? { prices: pricesFor(llm.priceTable, llm.model) } : llm.storedPrices ? { prices: llm.storedPrices } : {}),
       },
     };
   }
@@ -299,13 +315,13 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
         llmFlags = { ...stored, ...Object.fromEntries(Object.entries(llmFlags).filter(([, v]) => v !== undefined)) };
       }
       if (previous.agent.kind === "installed") {
-        const { budgetTokens, budgetRequests, ...stored } = previous.agent.modelProxy;
-        const storedFlags: LlmFlags = { ...stored, llmBudgetTokens: budgetTokens, llmBudgetRequests: budgetRequests };
+        const { budgetTokens, budgetRequests, prices, ...stored } = previous.agent.modelProxy;
+        const storedFlags: LlmFlags = { ...stored, llmBudgetTokens: budgetTokens, llmBudgetRequests: budgetRequests, storedPrices: prices };
         llmFlags = { ...storedFlags, ...Object.fromEntries(Object.entries(llmFlags).filter(([, v]) => v !== undefined)) };
       }
       if (previous.agent.kind === "code" && previous.agent.modelProxy) {
-        const { budgetTokens, budgetRequests, ...stored } = previous.agent.modelProxy;
-        const storedFlags: LlmFlags = { ...stored, llmProxy: true, llmBudgetTokens: budgetTokens, llmBudgetRequests: budgetRequests };
+        const { budgetTokens, budgetRequests, prices, ...stored } = previous.agent.modelProxy;
+        const storedFlags: LlmFlags = { ...stored, llmProxy: true, llmBudgetTokens: budgetTokens, llmBudgetRequests: budgetRequests, storedPrices: prices };
         llmFlags = { ...storedFlags, ...Object.fromEntries(Object.entries(llmFlags).filter(([, v]) => v !== undefined)) };
       }
       runtimeArg = previous.runtime;
