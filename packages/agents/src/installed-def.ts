@@ -19,7 +19,7 @@ export const STATE_DIR = "/tmp/proctor-agent-state";
 export const SESSION_LOGS_DIR = "/logs/agent/sessions";
 
 /** Placeholders a command, env value or logs path may use (`{name}`, no spaces). */
-export const RUN_PLACEHOLDERS = ["instruction", "model", "workdir", "base_url", "proxy_url", "install_dir", "bin", "state_dir", "logs_dir", "version"] as const;
+const RUN_PLACEHOLDERS = ["instruction", "model", "workdir", "base_url", "proxy_url", "install_dir", "bin", "state_dir", "logs_dir", "version"] as const;
 /** Placeholders `bin` and `[install] npm` may use. */
 const INSTALL_PLACEHOLDERS = ["arch", "machine", "version"] as const;
 
@@ -72,7 +72,7 @@ export interface InstalledAgentDefinition {
   source: string;
 }
 
-export const DEFAULT_BUILDER_IMAGE = "proctor/base:bookworm";
+const DEFAULT_BUILDER_IMAGE = "proctor/base:bookworm";
 
 /** Node's arch name and the kernel's (uname -m) for the host, which the sandboxes share. */
 export function hostArch(): { arch: string; machine: string } {
@@ -90,7 +90,7 @@ function unknownPlaceholders(text: string, allowed: readonly string[]): string[]
 }
 
 /** The directory of a built-in agent's definition (inside this package, next to src/ or dist/). */
-export function builtinAgentDir(name: BuiltinInstalledAgent): string {
+function builtinAgentDir(name: BuiltinInstalledAgent): string {
   return join(dirname(fileURLToPath(import.meta.url)), "..", "installed", name);
 }
 

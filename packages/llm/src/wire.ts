@@ -49,7 +49,7 @@ const isObject = (v: unknown): v is Json => typeof v === "object" && v !== null 
 const num = (v: unknown): number => (typeof v === "number" && Number.isFinite(v) ? v : 0);
 const str = (v: unknown): string => (typeof v === "string" ? v : "");
 
-export function parseArguments(text: unknown): Record<string, unknown> {
+function parseArguments(text: unknown): Record<string, unknown> {
   if (isObject(text)) return text;
   const raw = typeof text === "string" ? text : JSON.stringify(text ?? "");
   try {

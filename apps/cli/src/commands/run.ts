@@ -71,7 +71,7 @@ export interface LlmFlags {
 }
 
 /** `--price-table FILE`'s prices for `model`; every problem names the file (exit 2). */
-export function pricesFor(file: string, model: string): NonNullable<ModelProxySpec["prices"]> {
+function pricesFor(file: string, model: string): NonNullable<ModelProxySpec["prices"]> {
   try {
     return readPriceTable(resolve(file), model);
   } catch (error) {
@@ -141,7 +141,7 @@ export function installedDefinition(value: string): InstalledAgentDefinition | n
  * ANTHROPIC_API_KEY; OpenAI: $OPENAI_BASE_URL or OpenAI's, and OPENAI_API_KEY). The key must
  * be set now: a run whose every trial would fail on it does not start.
  */
-export function installedSpec(value: string, def: InstalledAgentDefinition, flags: LlmFlags, env: NodeJS.ProcessEnv = process.env): AgentSpec {
+function installedSpec(value: string, def: InstalledAgentDefinition, flags: LlmFlags, env: NodeJS.ProcessEnv = process.env): AgentSpec {
   const flagName = (k: string) => `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
   const loopOnly = Object.entries(flags).filter(([k, v]) => v !== undefined && v !== false && ["maxTurns", "temperature", "maxOutputTokens", "llmProxy"].includes(k)).map(([k]) => flagName(k));
   if (loopOnly.length > 0) throw new UsageError(`${loopOnly.join(", ")} do not go with --agent ${value} (the CLI runs its own loop; its model comes through Proctor's proxy already)`);
