@@ -168,7 +168,8 @@ describe.skipIf(!haveDocker)("proctor run --agent codex / claude-code (the real 
       } finally {
         await server?.close();
       }
-    });
+      // A hang guard, not a speed check: two runs of a real CLI on 2 shared cores.
+    }, 900_000);
   }
 
   test("failures are explained: a rejected key stops the run (exit 4), a CLI exiting non-zero is an agent error with its output's tail, a hung one is killed at the agent timeout", async () => {
