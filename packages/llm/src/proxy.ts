@@ -455,12 +455,20 @@ function relayStream(
   const decoder = new TextDecoder();
   const body = answer.body;
   res.writeHead(answer.statusCode, { ...headers, "cache-control": "no-cache" });
-  res.flushHeaders();
+  // The headers leave with the first event (one write, not two), or on their own when the
+  // upstream is quiet after its headers, so the agent's client sees the answer has begun.
+  const flushLater = setTimeout(() => res.flushHeaders(), 50);
+  let corked = false;
+  const uncork = () => {
+    corked = false;
+    res.uncork();
+  };
   return new Promise<void>((resolve) => {
     let done = false;
     const finish = (error: string | null) => {
       if (done) return;
       done = true;
+      clearTimeout(flushLater);
       release();
       res.off("drain", onDrain);
       const cut = error ?? (reply.complete ? null : "the stream ended before its final event");
@@ -472,6 +480,13 @@ function relayStream(
     const onDrain = () => body.resume();
     res.on("drain", onDrain);
     body.on("data", (chunk: Buffer) => {
+      clearTimeout(flushLater);
+      // Chunks that arrive together leave together: one write per turn of the event loop.
+      if (!corked) {
+        corked = true;
+        res.cork();
+        process.nextTick(uncork);
+      }
       if (!res.write(chunk)) body.pause();
       parser.feed(decoder.decode(chunk, { stream: true }));
     });
