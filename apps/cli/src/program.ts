@@ -58,7 +58,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .command("run")
     .description("run an agent on tasks: a task dir, a dir of task dirs, an archive (.zip/.tar.gz), or SWE-bench rows (.jsonl/.json)")
     .argument("[source...]", "task sources (optional with --resume)")
-    .option("-a, --agent <agent>", "oracle | nop | llm | patches:<predictions.jsonl> | image:<dir> | <agent-dir> (default: the archive's agent_code, else oracle)")
+    .option("-a, --agent <agent>", "oracle | nop | llm | claude-code[@VER] | codex[@VER] | installed:<dir>[@VER] | patches:<predictions.jsonl> | image:<dir> | <agent-dir> (default: the archive's agent_code, else oracle)")
     .addOption(new Option("--runtime <runtime>", "sandbox runtime").choices(["auto", "docker", "local"]).default("auto"))
     .option("-n, --concurrency <n>", "trials at once", positiveInt("--concurrency"), 4)
     .option("-k, --attempts <k>", "attempts per task", positiveInt("--attempts"), 1)
@@ -76,9 +76,9 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--isolate-verifier", "no agent process may be alive when the verifier starts, for every task (default: each task decides)")
     .option("--no-isolate-verifier", "let agent processes live through verification, for every task (trusted agents; listed and flagged)")
     .addOption(new Option("--grading <mode>", "where verifiers run: fresh (a new sandbox from the task's image with only the agent's outputs) or shared (the agent's own sandbox); default: each task's mode").choices(["fresh", "shared"]))
-    .option("--model <name>", "--agent llm: the model to evaluate (required with --agent llm)")
-    .option("--base-url <url>", "--agent llm: OpenAI-compatible base URL (default: $OPENAI_BASE_URL, else https://api.openai.com/v1)")
-    .option("--api-key-env <var>", "--agent llm: NAME of the env var holding the API key (default OPENAI_API_KEY)")
+    .option("--model <name>", "--agent llm / claude-code / codex / installed: the model to evaluate (required with them)")
+    .option("--base-url <url>", "the model API's root (default: $OPENAI_BASE_URL, else https://api.openai.com/v1; for claude-code $ANTHROPIC_BASE_URL, else https://api.anthropic.com/v1)")
+    .option("--api-key-env <var>", "NAME of the env var holding the API key (default OPENAI_API_KEY; ANTHROPIC_API_KEY for claude-code)")
     .option("--max-turns <n>", "--agent llm: model requests per trial", positiveInt("--max-turns"))
     .option("--temperature <t>", "--agent llm: sampling temperature (0-2)", (v) => {
       const n = Number(v);
@@ -90,6 +90,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--llm-proxy", "code agent: give it --model through Proctor's per-trial proxy (OPENAI_BASE_URL + a per-trial OPENAI_API_KEY)")
     .option("--llm-budget-tokens <n>", "--llm-proxy: prompt + completion tokens per trial; beyond it the agent is stopped", positiveInt("--llm-budget-tokens"))
     .option("--llm-budget-requests <n>", "--llm-proxy: model requests per trial; beyond it the agent is stopped", positiveInt("--llm-budget-requests"))
+    .option("--price-table <file>", "claude-code / codex / installed / --llm-proxy: JSON {\"<model>\": {\"input\", \"output\", \"cache_read\", \"cache_write\"}} in USD per million tokens; usage then carries costUsd")
     .option("--container-config <file>", "JSON: mem_limit, shm_size, nano_cpus, gpus (-1 = all), runtime, privileged (needs I_ACCEPT_RUNNING_PRIVILEGED_CONTAINERS=True)")
     .option("--memory-mb <n>", `default memory limit per trial in MB, 0 = none (default ${DEFAULT_TRIAL_LIMITS.memoryMb}; a task's own memory_mb wins)`, nonNegativeNumber("--memory-mb"))
     .option("--cpus <n>", `default CPUs per trial, 0 = no limit (default ${DEFAULT_TRIAL_LIMITS.cpus}; a task's own cpus wins)`, nonNegativeNumber("--cpus"))
@@ -134,6 +135,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
             llmProxy: o.llmProxy,
             llmBudgetTokens: o.llmBudgetTokens,
             llmBudgetRequests: o.llmBudgetRequests,
+            priceTable: o.priceTable,
           },
           json: o.json,
           logger,
@@ -234,6 +236,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--llm-models <list>", "--llm-proxy-base-url: comma-separated models a batch may name with ?model= (the first is the default)")
     .option("--llm-budget-tokens <n>", "--llm-proxy-base-url: prompt + completion tokens per trial", positiveInt("--llm-budget-tokens"))
     .option("--llm-budget-requests <n>", "--llm-proxy-base-url: model requests per trial", positiveInt("--llm-budget-requests"))
+    .option("--agents <list>", "--llm-proxy-base-url: installed CLI agents batches may name with ?agent= (comma-separated: codex[@VER], claude-code[@VER], installed:<dir>[@VER]); such a batch uploads tasks/ only")
     .option("--agent-image-build-timeout <sec>", "an uploaded agent_image/ build running longer fails its batch", positiveNumber("--agent-image-build-timeout"), 600)
     .option("--agent-image-max-mb <n>", "largest uploaded agent_image/ build context and built image; larger fails the batch", positiveInt("--agent-image-max-mb"), 4096)
     .option("--agent-image-build-network", "let RUN steps of uploaded agent_image/ Dockerfiles reach the network (default: none)", false)
@@ -269,7 +272,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
                 },
               }
             : {}),
-          llmProxyBaseUrl: o.llmProxyBaseUrl, llmApiKeyEnv: o.llmApiKeyEnv, llmModels: o.llmModels, llmBudgetTokens: o.llmBudgetTokens, llmBudgetRequests: o.llmBudgetRequests, logger,
+          llmProxyBaseUrl: o.llmProxyBaseUrl, llmApiKeyEnv: o.llmApiKeyEnv, llmModels: o.llmModels, llmBudgetTokens: o.llmBudgetTokens, llmBudgetRequests: o.llmBudgetRequests, agents: o.agents, logger,
         }),
       ),
     );

@@ -231,6 +231,7 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
         concurrentTasks: query.concurrent_tasks,
         submittedBy: request.proctorIdentity,
         model: query.model,
+        agent: query.agent,
       });
       return reply.code(202).send(result);
     });

@@ -28,6 +28,12 @@ export interface ServerModelProxy {
   budgetTokens?: number;
   budgetRequests?: number;
   llmConcurrency?: number;
+  /**
+   * Installed CLI agents (Claude Code, Codex, an agent.toml) a batch may name with `?agent=`, by
+   * that name; such a batch uploads tasks/ only and its agent gets the model through this proxy
+   * with the operator's key.
+   */
+  agents?: Record<string, { name: string; version?: string; dir?: string }>;
 }
 
 export interface BatchesOptions {
@@ -61,7 +67,8 @@ const SIZE_LIMITS: ReadonlySet<LimitName> = new Set(["maxCompressedBytes", "maxT
 /** An upload's tasks and its agent: code (agent_code/) or an image to build (agent_image/). */
 export interface BatchUpload {
   tasks: TaskSpec[];
-  agent: { kind: "code" | "image"; dir: string };
+  /** `installed`: the batch named one of the server's installed agents (`?agent=`) and uploaded tasks only. */
+  agent: { kind: "code" | "image"; dir: string } | { kind: "installed" };
 }
 
 /**
@@ -112,8 +119,9 @@ export class Batches {
    * Accept an upload whose signature already verified: extract the archive (with the archive
    * package's limits), load its tasks and queue it. On any error nothing is left on disk.
    */
-  async submit(input: { staged: StagedBody; contentType: string; concurrentTasks: number | undefined; submittedBy: string | null; model?: string | undefined }): Promise<SubmitResponse> {
+  async submit(input: { staged: StagedBody; contentType: string; concurrentTasks: number | undefined; submittedBy: string | null; model?: string | undefined; agent?: string | undefined }): Promise<SubmitResponse> {
     const model = this.pickModel(input.model);
+    const named = this.pickAgent(input.agent);
     const concurrentTasks = input.concurrentTasks ?? this.options.maxConcurrentTasks;
     const batch = await this.queue.submit({
       concurrentTasks,
@@ -124,16 +132,16 @@ export class Batches {
           await this.extract(stream, uploadDir);
           return filename || null;
         });
-        const loaded = await this.load(uploadDir);
+        const loaded = await this.load(uploadDir, named !== null);
         const image = loaded.agent.kind === "image";
-        if (image) {
+        if (loaded.agent.kind === "image") {
           await this.checkImageBatch(loaded.agent.dir);
           // The model proxy serves code agents; an image agent would silently not get the model it asked for.
           if (input.model !== undefined) throw new BadRequestError(`model: an ${AGENT_IMAGE_DIR}/ batch gets no model from this server's proxy; leave out ?model=`);
         }
         return {
           taskIds: loaded.tasks.map((t) => t.id),
-          extra: { archive: { name: archiveName, bytes: input.staged.bytes, sha256: input.staged.sha256 }, ...(model !== null && !image ? { model } : {}) },
+          extra: { archive: { name: archiveName, bytes: input.staged.bytes, sha256: input.staged.sha256 }, ...(model !== null && !image ? { model } : {}), ...(named !== null ? { agent: named } : {}) },
         };
       },
     });
@@ -190,7 +198,8 @@ export class Batches {
   /** The engine run of a batch: its upload's tasks and agent (code, or the image built now), the server's limits. */
   private async prepare(batch: QueuedBatch): Promise<PreparedRun> {
     const uploadDir = join(batch.dir, UPLOAD_DIR);
-    const loaded = await this.load(uploadDir);
+    const recordedAgent = typeof batch.record.agent === "string" ? batch.record.agent : null;
+    const loaded = await this.load(uploadDir, recordedAgent !== null);
     const common = {
       tasks: loaded.tasks,
       defaultImage: this.options.defaultImage,
@@ -201,6 +210,13 @@ export class Batches {
     };
     if (loaded.agent.kind === "image") {
       return { ...common, agent: { kind: "image", dir: loaded.agent.dir }, runtime: await this.buildImage(batch, loaded.agent.dir) };
+    }
+    if (loaded.agent.kind === "installed") {
+      const installed = recordedAgent !== null ? this.options.modelProxy?.agents?.[recordedAgent] : undefined;
+      const { modelProxy } = this.modelProxySpec(batch.record.model);
+      // The server was restarted without that agent (or its model proxy): the batch cannot run as submitted.
+      if (!installed || !modelProxy) throw new BadRequestError(`agent: this server no longer offers ${JSON.stringify(recordedAgent)} (proctor serve --agents ...)`);
+      return { ...common, agent: { kind: "installed", ...installed, modelProxy }, runtime: this.options.runtime };
     }
     return { ...common, agent: { kind: "code", dir: loaded.agent.dir, ...this.modelProxySpec(batch.record.model) }, runtime: this.options.runtime };
   }
@@ -228,12 +244,21 @@ export class Batches {
     const proxy = this.options.modelProxy;
     const model = typeof recorded === "string" ? recorded : proxy?.models[0];
     if (!proxy || !model) return {};
-    const { models: _models, ...rest } = proxy;
+    const { models: _models, agents: _agents, ...rest } = proxy;
     return { modelProxy: { ...rest, model } };
   }
 
-  private load(uploadDir: string): Promise<BatchUpload> {
-    return loadBatchUpload(uploadDir, { allowLocalRepos: this.options.allowLocalRepos, logger: this.options.logger });
+  /** The installed agent a new batch names with `?agent=`, or null when it names none. */
+  private pickAgent(asked: string | undefined): string | null {
+    if (asked === undefined) return null;
+    const offered = Object.keys(this.options.modelProxy?.agents ?? {});
+    if (offered.length === 0) throw new BadRequestError(`agent: this server offers no installed agents, so a batch cannot name one; send agent_code/ and leave out ?agent=`);
+    if (!offered.includes(asked)) throw new ForbiddenError(`agent: ${JSON.stringify(asked.slice(0, 128))} is not offered on this server; offered: ${offered.join(", ")}`);
+    return asked;
+  }
+
+  private load(uploadDir: string, agentNamed = false): Promise<BatchUpload> {
+    return loadBatchUpload(uploadDir, { allowLocalRepos: this.options.allowLocalRepos, logger: this.options.logger, agentNamed });
   }
 }
 
@@ -247,7 +272,7 @@ const NEITHER_AGENT = `the archive holds neither agent_code/ nor ${AGENT_IMAGE_D
  * tasks/ with agent_image/ (competition tasks, an image agent), at the root or one directory
  * down. Throws InvalidArchiveError (400) naming files inside the archive, never server paths.
  */
-export async function loadBatchUpload(uploadDir: string, options: { allowLocalRepos: boolean; logger: Logger }): Promise<BatchUpload> {
+export async function loadBatchUpload(uploadDir: string, options: { allowLocalRepos: boolean; logger: Logger; agentNamed?: boolean }): Promise<BatchUpload> {
   // Name files inside the archive, not where the server keeps it.
   const inArchive = (message: string) => message.split(`${uploadDir}/`).join("").split(relative(process.cwd(), uploadDir) + "/").join("");
   const refuseInvalid = (errors: readonly TaskLoadError[], more = "") => {
@@ -257,6 +282,15 @@ export async function loadBatchUpload(uploadDir: string, options: { allowLocalRe
   };
   const noTasks = () => new InvalidArchiveError("the archive holds no tasks: put each task in tasks/<id>/ (at the root or one directory down)");
   const imageRoot = await agentImageRoot(uploadDir);
+  if (options.agentNamed) {
+    // The batch runs an agent the server installed: the upload brings tasks, not an agent.
+    if (imageRoot !== null) throw new InvalidArchiveError(`the batch names ?agent=, which runs that agent: leave ${AGENT_IMAGE_DIR}/ out of the archive`);
+    const loaded = await loadTermExecutorArchive(uploadDir, options);
+    refuseInvalid(loaded.errors);
+    if (loaded.tasks.length === 0) throw noTasks();
+    if (loaded.agentDir !== null) throw new InvalidArchiveError("the batch names ?agent=, which runs that agent: leave agent_code/ out of the archive");
+    return { tasks: loaded.tasks, agent: { kind: "installed" } };
+  }
   if (imageRoot === null) {
     const loaded = await loadTermExecutorArchive(uploadDir, options);
     // Without an agent, say so too: the tasks' problems may only follow from it (competition tasks read as term-executor ones).

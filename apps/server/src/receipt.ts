@@ -60,7 +60,7 @@ export class BatchReceipts {
 
   private async build(batch: QueuedBatch, status: BatchStatus): Promise<Receipt> {
     if (status !== "completed" && status !== "failed" && status !== "cancelled") throw new Error(`batch ${batch.id} is ${status}, not finished`);
-    const loaded = await loadBatchUpload(join(batch.dir, UPLOAD_DIR), { allowLocalRepos: this.options.allowLocalRepos, logger: this.options.logger });
+    const loaded = await loadBatchUpload(join(batch.dir, UPLOAD_DIR), { allowLocalRepos: this.options.allowLocalRepos, logger: this.options.logger, agentNamed: typeof batch.record.agent === "string" });
     return writeBatchReceipt({
       runDir: batch.dir,
       batchId: batch.id,
@@ -68,7 +68,8 @@ export class BatchReceipts {
       submittedBy: batch.record.submittedBy,
       taskIds: batch.record.taskIds,
       taskDirs: new Map(loaded.tasks.map((t) => [t.id, t.sourcePath])),
-      agentDir: loaded.agent.dir,
+      // A batch that named one of the server's installed agents uploaded no agent code.
+      agentDir: loaded.agent.kind === "installed" ? null : loaded.agent.dir,
       signer: this.options.signer,
     });
   }

@@ -52,7 +52,7 @@ export interface FixtureTask {
  */
 export async function makeArchive(
   root: string,
-  options: { repo: string; commit: string; tasks: FixtureTask[]; agentScript?: string; name?: string; layout?: "root" | "nested" },
+  options: { repo: string; commit: string; tasks: FixtureTask[]; agentScript?: string; name?: string; layout?: "root" | "nested"; withoutAgent?: boolean },
 ): Promise<string> {
   const tree = join(root, `tree-${Math.random().toString(36).slice(2)}`);
   const base = options.layout === "nested" ? join(tree, "submission") : tree;
@@ -64,10 +64,12 @@ export async function makeArchive(
     await writeFile(join(dir, "tests", "check.sh"), task.check ?? "#!/bin/bash\ntest -f done.txt\n");
     for (const [name, body] of Object.entries(task.moreChecks ?? {})) await writeFile(join(dir, "tests", name), body);
   }
-  await mkdir(join(base, "agent_code"), { recursive: true });
-  const run = join(base, "agent_code", "run.sh");
-  await writeFile(run, options.agentScript ?? "#!/bin/bash\necho agent ran > done.txt\n");
-  await chmod(run, 0o755);
+  if (!options.withoutAgent) {
+    await mkdir(join(base, "agent_code"), { recursive: true });
+    const run = join(base, "agent_code", "run.sh");
+    await writeFile(run, options.agentScript ?? "#!/bin/bash\necho agent ran > done.txt\n");
+    await chmod(run, 0o755);
+  }
   const archive = join(root, options.name ?? `upload-${Math.random().toString(36).slice(2)}.tar.gz`);
   await tar.create({ gzip: true, file: archive, cwd: tree }, await readdir(tree));
   await rm(tree, { recursive: true, force: true });

@@ -11,7 +11,13 @@ export { LLM_TOOLS, DEFAULT_TOOL_OUTPUT_BYTES, DEFAULT_BASH_TIMEOUT_SEC } from "
 export { ATIF_SCHEMA_VERSION } from "./llm-trajectory";
 export type { StopReason } from "./llm-trajectory";
 export type { ModelProxyAgent } from "./model-proxy";
-export { withModelProxy, MODEL_PROXY_PORT } from "./model-proxy";
+export { withModelProxy, withCost, readPriceTable, MODEL_PROXY_PORT } from "./model-proxy";
 export { patchesAgent } from "./patches";
 export { imageAgent, readImageAgent, AGENT_IMAGE_BUILD_ARGS } from "./image";
 export type { AgentImage, ImageAgentConfig } from "./image";
+export type { InstalledAgent, InstalledAgentOptions } from "./installed";
+export { installedAgent, elfInterpreter } from "./installed";
+export type { InstalledAgentDefinition, BuiltinInstalledAgent } from "./installed-def";
+export { readInstalledAgent, builtinInstalledAgent, isBuiltinInstalledAgent, BUILTIN_INSTALLED_AGENTS, INSTALL_MOUNT } from "./installed-def";
+export type { AgentInstall, InstallOptions } from "./installed-cache";
+export { installAgent, agentCacheDir } from "./installed-cache";

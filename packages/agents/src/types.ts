@@ -1,4 +1,4 @@
-import type { Sandbox } from "@proctor/sandbox";
+import type { Sandbox, SandboxMount, SandboxRuntime } from "@proctor/sandbox";
 import type { Logger, TaskSpec } from "@proctor/schema";
 import type { AgentImage } from "./image";
 
@@ -34,7 +34,7 @@ export interface AgentRunResult {
   /** Model the agent talked to, if any (recorded in result.json `agent.model`). */
   model?: string;
   /** Token and request counts of a model-driven agent (recorded in result.json `agent.usage`). */
-  usage?: { inputTokens: number; outputTokens: number; requests: number; retries: number };
+  usage?: { inputTokens: number; outputTokens: number; requests: number; retries: number; cacheReadTokens?: number; cacheWriteTokens?: number; costUsd?: number };
   /** Set when the agent was stopped for a reason of its own making (a spent model budget): an `agent` error. */
   error?: string;
   /** The kind `error` is recorded as: `agent` (default), or `setup` when the task itself is at fault (a gold patch that applies nowhere). */
@@ -50,6 +50,14 @@ export interface Agent {
   readonly name: string;
   /** An agent that brings its own image: the engine builds it and makes the trial's sandbox from it. */
   readonly image?: AgentImage;
+  /**
+   * Host directories to bind read-only into each of the agent's sandboxes (an installed CLI),
+   * asked for before the sandbox starts; the first call may install them (once per machine).
+   * Throws AgentError when that fails.
+   */
+  sandboxMounts?(runtime: SandboxRuntime, signal: AbortSignal): Promise<readonly SandboxMount[]>;
   setup?(ctx: AgentContext): Promise<void>;
   run(ctx: AgentContext): Promise<AgentRunResult>;
+  /** Releases what the agent holds for the run (its model proxy). The engine calls it when the run ends. */
+  close?(): Promise<void>;
 }

@@ -27,6 +27,8 @@ export interface SubmitBatchOptions extends ClientAuth {
   concurrentTasks?: number;
   /** `?model=`: the model the batch's agent gets through the server's model proxy (one the server allows). */
   model?: string;
+  /** `?agent=`: one of the server's installed CLI agents (`proctor serve --agents`); the archive then holds tasks/ only. */
+  agent?: string;
   /** Called with the 202 answer, before the WebSocket is opened. */
   onSubmitted?: (result: SubmitResponse) => void;
   /** Every WebSocket message (snapshot, batch_started, task_*, batch_complete), in order. */
@@ -144,6 +146,7 @@ async function uploadOnce(options: SubmitBatchOptions): Promise<SubmitResponse> 
   const params = new URLSearchParams();
   if (options.concurrentTasks !== undefined) params.set("concurrent_tasks", String(options.concurrentTasks));
   if (options.model !== undefined) params.set("model", options.model);
+  if (options.agent !== undefined) params.set("agent", options.agent);
   const query = params.size === 0 ? "" : `?${params.toString()}`;
   let response: Awaited<ReturnType<typeof request>>;
   try {

@@ -38,11 +38,12 @@ export type ErrorBody = z.infer<typeof ErrorBody>;
 export const BatchParams = z.object({ id: z.string().min(1).max(128) });
 export const TaskParams = BatchParams.extend({ task_id: z.string().min(1).max(256) });
 
-/** `POST /submit?concurrent_tasks=N&model=M`; N is at most the server's maxConcurrentTasks. */
+/** `POST /submit?concurrent_tasks=N&model=M&agent=A`; N is at most the server's maxConcurrentTasks; A one of the server's installed agents. */
 export function submitQuery(maxConcurrentTasks: number) {
   return z.object({
     concurrent_tasks: z.coerce.number().int().min(1).max(maxConcurrentTasks).optional(),
     model: z.string().min(1).max(256).optional(),
+    agent: z.string().min(1).max(128).optional(),
   });
 }
 

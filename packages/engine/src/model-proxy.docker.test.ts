@@ -139,8 +139,9 @@ describe.skipIf(!haveDocker)("model proxy on Docker (no-network sandboxes)", () 
     expect(env).toMatch(/^OPENAI_API_KEY=proctor-[A-Za-z0-9_-]{40,}$/m);
 
     // The trajectory is in the trial's agent dir, ATIF-shaped.
-    const trajectory = JSON.parse(await readFile(join(trialDir, "agent", "trajectory.json"), "utf8")) as { steps: unknown[]; final_metrics: Record<string, unknown> };
-    expect(trajectory.steps).toHaveLength(1);
+    const trajectory = JSON.parse(await readFile(join(trialDir, "agent", "trajectory.json"), "utf8")) as { steps: { source: string }[]; final_metrics: Record<string, unknown> };
+    // The agent's question (a user step), then the model's answer.
+    expect(trajectory.steps.map((s) => s.source)).toEqual(["user", "agent"]);
     expect(trajectory.final_metrics).toMatchObject({ total_prompt_tokens: 100, total_completion_tokens: 20 });
 
     // The key is in no file of the run and in nothing logged; no container (sandbox or forwarder) is left.

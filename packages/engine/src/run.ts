@@ -373,6 +373,8 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     finalizeSummary();
     options.signal?.removeEventListener("abort", onAbort);
     await modelProxy?.close();
+    // An agent the engine made that holds something for the run (an installed CLI's model proxy) lets it go.
+    if (!isAgentObject(options.agent)) await agent.close?.().catch((error: unknown) => logger.error("closing the agent failed", { runId, error: error instanceof Error ? error.message : String(error) }));
     // Removals the runtime finishes in the background (and its warm sandboxes): none may outlive the run.
     await options.runtime.drain?.().catch((error: unknown) =>
       logger.error("removing the run's sandboxes failed", { runId, error: error instanceof Error ? error.message : String(error) }),

@@ -8,7 +8,10 @@ export { AdaptiveLimiter } from "./limiter";
 export { DEFAULT_RETRY_POLICY, parseRetryAfter, backoffDelay, systemClock } from "./retry";
 export { startScriptedModelServer } from "./scripted-server";
 export type { ModelProxy, ModelProxyOptions, ModelProxySession, ModelProxySessionOptions, ModelProxyUsage } from "./proxy";
-export { startModelProxy } from "./proxy";
+export { startModelProxy, upstreamRoot } from "./proxy";
+export type { WireProtocol, WireReply, WireUsage, WireToolCall, WireInputs } from "./wire";
+export { WIRE_PROTOCOLS, StreamReply, replyOf, inputsOf, protocolOfPath } from "./wire";
+export { ATIF_VERSION } from "./proxy-session";
 export {
   LlmError,
   LlmHttpError,

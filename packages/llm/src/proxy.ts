@@ -1,22 +1,39 @@
-import { createHash, randomBytes } from "node:crypto";
 import { chmod, mkdtemp, rm } from "node:fs/promises";
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer, type IncomingMessage, type OutgoingHttpHeaders, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createParser } from "eventsource-parser";
 import { request, type Dispatcher } from "undici";
 import { silentLogger, type Logger } from "@proctor/schema";
 import { AdaptiveLimiter } from "./limiter";
+import { Session, tokenKey, type ModelProxySession, type ModelProxySessionOptions } from "./proxy-session";
+import { DEFAULT_RETRY_POLICY, backoffDelay, parseRetryAfter, systemClock, type Clock, type RetryPolicy } from "./retry";
+import { StreamReply, conversationOf, errorBody, inputsOf, pinRequest, protocolOfPath, replyOf, type WireProtocol, type WireReply } from "./wire";
 
-/** ATIF ("Agent Trajectory Interchange Format", Harbor RFC 0001) version whose field names the proxy's trajectory uses. */
-const ATIF_VERSION = "ATIF-v1.4";
+export type { ModelProxySession, ModelProxySessionOptions, ModelProxyUsage } from "./proxy-session";
+
 /** Request bodies above this are refused (413): a conversation that large is a runaway, not a task. */
-const MAX_BODY_BYTES = 16 * 1024 * 1024;
+const MAX_BODY_BYTES = 32 * 1024 * 1024;
+/** An error body from upstream is kept (redacted) up to this many bytes. */
+const MAX_ERROR_BYTES = 64 * 1024;
+
+/** Request headers passed upstream (everything else, the agent's token above all, stays here). */
+const FORWARDED_HEADERS: Record<WireProtocol, readonly string[]> = {
+  "anthropic-messages": ["anthropic-version", "anthropic-beta", "user-agent", "x-app"],
+  "openai-responses": ["openai-beta", "user-agent", "originator", "session_id", "session-id", "x-client-request-id"],
+  "openai-chat": ["openai-beta", "user-agent"],
+};
+/** Response headers passed back to the agent. */
+const RETURNED_HEADERS = ["retry-after", "retry-after-ms", "x-request-id", "request-id", "openai-processing-ms"];
 
 export interface ModelProxyOptions {
-  /** The real OpenAI-compatible endpoint, e.g. https://api.openai.com/v1. */
+  /**
+   * The real endpoint's API root, e.g. https://api.openai.com/v1 or https://api.anthropic.com/v1:
+   * a request to the proxy's /v1/<route> goes to <root>/<route>. A URL without a path gets /v1.
+   */
   upstreamBaseUrl: string;
-  /** The real key: sent upstream only, never to a sandbox, never in an answer, log or record. */
+  /** The real key: sent upstream only (`x-api-key` for Anthropic Messages, `Authorization: Bearer` otherwise), never to a sandbox, never in an answer, log or record. */
   apiKey?: string;
   /** Name of the env var the key came from, for messages. */
   apiKeyEnv?: string;
@@ -26,46 +43,13 @@ export interface ModelProxyOptions {
   maxConcurrency?: number;
   /** One upstream request's limit on waiting for headers and between body chunks. Default 10 minutes. */
   requestTimeoutMs?: number;
+  /** How long 429s, 5xx and connection errors are retried before the agent sees them. Default DEFAULT_RETRY_POLICY. */
+  retry?: Partial<RetryPolicy>;
+  clock?: Clock;
   /** Also listen on this Unix socket path (created; its directory must exist). Default: a new private temp dir. */
   socketPath?: string;
   dispatcher?: Dispatcher;
   logger?: Logger;
-}
-
-export interface ModelProxySessionOptions {
-  /** Refuse requests once prompt + completion tokens reach this. */
-  budgetTokens?: number;
-  /** Refuse requests once this many were forwarded. */
-  budgetRequests?: number;
-  /** Recorded in the trajectory (`session_id`). */
-  label?: string;
-}
-
-/** Usage of one session, shaped like the llm agent's result.json `agent.usage`. */
-export interface ModelProxyUsage {
-  inputTokens: number;
-  outputTokens: number;
-  /** Completions served (upstream 200s). */
-  requests: number;
-  /** Upstream failures (429, 5xx, connection errors) passed back to the agent, which may retry them. */
-  retries: number;
-}
-
-/** One trial's access to the proxy: a token, its budget, and what it used. */
-export interface ModelProxySession {
-  /** Random, unguessable; what the sandbox gets as OPENAI_API_KEY. */
-  readonly token: string;
-  usage(): ModelProxyUsage;
-  /** Set once a request was refused for the budget: the message the agent was sent. */
-  readonly exceeded: string | null;
-  /** Set when the upstream endpoint rejected Proctor's key or does not know the model: no trial can succeed. */
-  readonly fatal: string | null;
-  /** Fires once, when `exceeded` or `fatal` is first set. */
-  readonly stopped: AbortSignal;
-  /** ATIF-shaped trajectory of every request (`trajectory.json`). */
-  trajectory(): Record<string, unknown>;
-  /** Revokes the token (later requests get 401). Safe to call twice. */
-  close(): void;
 }
 
 export interface ModelProxy {
@@ -75,123 +59,10 @@ export interface ModelProxy {
   readonly socketPath: string;
   /** The model every request is sent with. */
   readonly model: string;
+  /** The adaptive in-flight limit every session shares. */
+  readonly limiter: AdaptiveLimiter;
   openSession(options?: ModelProxySessionOptions): ModelProxySession;
   close(): Promise<void>;
-}
-
-interface Step {
-  step_id: number;
-  timestamp: string;
-  source: "agent";
-  model_name: string;
-  message: string;
-  reasoning_content?: string;
-  tool_calls?: { tool_call_id: string; function_name: string; arguments: Record<string, unknown> }[];
-  metrics?: { prompt_tokens: number; completion_tokens: number; cached_tokens?: number };
-  extra: Record<string, unknown>;
-}
-
-class Session implements ModelProxySession {
-  readonly token = `proctor-${randomBytes(32).toString("base64url")}`;
-  exceeded: string | null = null;
-  fatal: string | null = null;
-  closed = false;
-  inFlight = 0;
-  private readonly stop = new AbortController();
-  readonly stopped = this.stop.signal;
-  readonly steps: Step[] = [];
-  readonly totals = { inputTokens: 0, outputTokens: 0, cachedTokens: 0, requests: 0, retries: 0, forwarded: 0, refused: 0 };
-  private lastMessages: string[] = [];
-
-  constructor(
-    readonly options: ModelProxySessionOptions,
-    private readonly model: string,
-    private readonly onClose: () => void,
-  ) {}
-
-  usage(): ModelProxyUsage {
-    return { inputTokens: this.totals.inputTokens, outputTokens: this.totals.outputTokens, requests: this.totals.requests, retries: this.totals.retries };
-  }
-
-  /** Why the next request must be refused, or null. */
-  overBudget(): string | null {
-    const { budgetTokens, budgetRequests } = this.options;
-    const used = this.totals.inputTokens + this.totals.outputTokens;
-    if (budgetTokens !== undefined && used >= budgetTokens) {
-      return `model budget exceeded: this trial used ${used} of its ${budgetTokens} tokens (--llm-budget-tokens); no more model requests are served`;
-    }
-    if (budgetRequests !== undefined && this.totals.forwarded >= budgetRequests) {
-      return `model budget exceeded: this trial made ${this.totals.forwarded} of its ${budgetRequests} model requests (--llm-budget-requests); no more model requests are served`;
-    }
-    return null;
-  }
-
-  markExceeded(why: string): void {
-    this.totals.refused++;
-    if (this.exceeded !== null) return;
-    this.exceeded = why;
-    this.stop.abort(new Error(why));
-  }
-
-  markFatal(why: string): void {
-    if (this.fatal !== null) return;
-    this.fatal = why;
-    if (!this.stop.signal.aborted) this.stop.abort(new Error(why));
-  }
-
-  /** The messages of this request not already sent by the previous one (conversations grow by appending). */
-  newMessages(messages: unknown[]): { reused: number; added: unknown[] } {
-    const encoded = messages.map((m) => JSON.stringify(m));
-    let reused = 0;
-    while (reused < encoded.length && reused < this.lastMessages.length && encoded[reused] === this.lastMessages[reused]) reused++;
-    this.lastMessages = encoded;
-    return { reused, added: messages.slice(reused) };
-  }
-
-  record(step: Omit<Step, "step_id" | "timestamp" | "source" | "model_name">): void {
-    this.steps.push({ step_id: this.steps.length + 1, timestamp: new Date().toISOString(), source: "agent", model_name: this.model, ...step });
-  }
-
-  trajectory(): Record<string, unknown> {
-    return {
-      schema_version: ATIF_VERSION,
-      session_id: this.options.label ?? "model-proxy",
-      agent: { name: "proctor-model-proxy", version: "0.1.0", model_name: this.model },
-      steps: this.steps,
-      final_metrics: {
-        total_prompt_tokens: this.totals.inputTokens,
-        total_completion_tokens: this.totals.outputTokens,
-        total_cached_tokens: this.totals.cachedTokens,
-        total_steps: this.steps.length,
-        extra: { requests: this.totals.requests, retries: this.totals.retries, forwarded: this.totals.forwarded, refused: this.totals.refused },
-      },
-      extra: {
-        budget: { tokens: this.options.budgetTokens ?? null, requests: this.options.budgetRequests ?? null },
-        exceeded: this.exceeded,
-        ...(this.fatal ? { fatal: this.fatal } : {}),
-      },
-    };
-  }
-
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.onClose();
-  }
-}
-
-function tokenKey(token: string): string {
-  return createHash("sha256").update(token).digest("hex");
-}
-
-function parseArguments(text: unknown): Record<string, unknown> {
-  if (text && typeof text === "object") return text as Record<string, unknown>;
-  try {
-    const parsed: unknown = JSON.parse(String(text ?? ""));
-    return parsed && typeof parsed === "object" && !Array.isArray(parsed) ? (parsed as Record<string, unknown>) : { _raw: String(text) };
-  } catch {
-    return { _raw: String(text ?? "") };
-  }
 }
 
 function readBody(req: IncomingMessage): Promise<Buffer | null> {
@@ -212,175 +83,307 @@ function readBody(req: IncomingMessage): Promise<Buffer | null> {
   });
 }
 
-function sendError(res: ServerResponse, status: number, code: string, message: string): void {
-  if (res.headersSent) return void res.end();
-  res.writeHead(status, { "content-type": "application/json" });
-  res.end(JSON.stringify({ error: { message, type: code, code } }));
+async function readLimited(body: Dispatcher.ResponseData["body"]): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    if (size < MAX_ERROR_BYTES) chunks.push(chunk);
+    size += chunk.length;
+  }
+  return Buffer.concat(chunks).subarray(0, MAX_ERROR_BYTES).toString("utf8");
+}
+
+function retryable(status: number): boolean {
+  return status === 429 || status === 408 || status === 409 || status === 425 || status >= 500;
+}
+
+/** The upstream API root: the URL as given, or with /v1 when it has no path. */
+export function upstreamRoot(baseUrl: string): string {
+  let url: URL;
+  try {
+    url = new URL(baseUrl);
+  } catch {
+    throw new TypeError(`model proxy: base URL ${JSON.stringify(baseUrl)} is not a URL (expected e.g. https://api.openai.com/v1)`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError(`model proxy: base URL ${baseUrl} must be http(s)`);
+  const trimmed = baseUrl.replace(/\/+$/, "");
+  return url.pathname === "/" || url.pathname === "" ? `${trimmed}/v1` : trimmed;
 }
 
 /**
- * A model proxy for agents that run inside a sandbox and call an OpenAI-compatible API
- * themselves. Each trial gets a session with a random token (its OPENAI_API_KEY); the proxy
- * checks it, forces the configured model, enforces the session's budget, sends the request
- * upstream with the real key, and records usage and an ATIF-shaped trajectory.
- * `POST /v1/chat/completions` (non-streaming) and `GET /v1/models` only.
+ * A model proxy for agents that run inside a sandbox and call a model API themselves. Each
+ * trial gets a session with a random token (what the sandbox holds instead of the key); the
+ * proxy checks it, pins the model, enforces the session's budget, sends the request upstream
+ * with the real key, retries 429s / 5xx / connection errors (honouring Retry-After) under one
+ * adaptive in-flight limit, passes streamed answers through as they arrive, and records every
+ * exchange as an ATIF-shaped trajectory with usage.
+ *
+ * Routes: `POST /v1/messages` and `/v1/messages/count_tokens` (Anthropic Messages),
+ * `POST /v1/responses` (OpenAI Responses), `POST /v1/chat/completions` (Chat Completions),
+ * each streamed (`stream: true`, server-sent events) or not; `GET /v1/models`.
  *
  * Listens on 127.0.0.1 (TCP, for host-process sandboxes) and on a Unix socket (for container
  * sandboxes, reached through a forwarder inside the container's network namespace).
  */
 export async function startModelProxy(options: ModelProxyOptions): Promise<ModelProxy> {
-  let upstream: URL;
-  try {
-    upstream = new URL(options.upstreamBaseUrl);
-  } catch {
-    throw new TypeError(`model proxy: base URL ${JSON.stringify(options.upstreamBaseUrl)} is not a URL (expected e.g. https://api.openai.com/v1)`);
-  }
-  if (upstream.protocol !== "http:" && upstream.protocol !== "https:") throw new TypeError(`model proxy: base URL ${options.upstreamBaseUrl} must be http(s)`);
-  const upstreamBase = options.upstreamBaseUrl.replace(/\/+$/, "");
-  const completionsUrl = `${upstreamBase}/chat/completions`;
+  const root = upstreamRoot(options.upstreamBaseUrl);
   const apiKey = options.apiKey || undefined;
   const keyName = options.apiKeyEnv ? `$${options.apiKeyEnv}` : "the API key";
   const logger = options.logger ?? silentLogger;
   const timeoutMs = options.requestTimeoutMs ?? 10 * 60_000;
-  const limiter = new AdaptiveLimiter({ max: options.maxConcurrency ?? 8 });
+  const policy: RetryPolicy = { ...DEFAULT_RETRY_POLICY, ...options.retry };
+  const clock = options.clock ?? systemClock;
+  const limiter = new AdaptiveLimiter({ max: options.maxConcurrency ?? 8, clock });
   const sessions = new Map<string, Session>();
   const redact = (text: string) => (apiKey ? text.split(apiKey).join("[redacted]") : text);
 
+  const sendError = (res: ServerResponse, protocol: WireProtocol | null, status: number, code: string, message: string, headers: OutgoingHttpHeaders = {}) => {
+    if (res.headersSent) return void res.destroy();
+    res.writeHead(status, { "content-type": "application/json", ...headers });
+    res.end(errorBody(protocol, status, code, message));
+  };
+
+  const upstreamHeaders = (req: IncomingMessage, protocol: WireProtocol, stream: boolean): Record<string, string> => {
+    const headers: Record<string, string> = { "content-type": "application/json", accept: stream ? "text/event-stream" : "application/json", "accept-encoding": "identity" };
+    for (const name of FORWARDED_HEADERS[protocol]) {
+      const value = req.headers[name];
+      if (typeof value === "string") headers[name] = value;
+    }
+    if (protocol === "anthropic-messages") {
+      headers["anthropic-version"] ??= "2023-06-01";
+      if (apiKey) headers["x-api-key"] = apiKey;
+    } else if (apiKey) {
+      headers.authorization = `Bearer ${apiKey}`;
+    }
+    return headers;
+  };
+
+  const returnedHeaders = (headers: Record<string, string | string[] | undefined>): OutgoingHttpHeaders => {
+    const out: OutgoingHttpHeaders = {};
+    for (const name of RETURNED_HEADERS) if (headers[name] !== undefined) out[name] = headers[name];
+    return out;
+  };
+
+  /** An upstream answer the agent must not retry its way out of: marks the session fatal. */
+  const fatalFor = (status: number, text: string, url: string): string | null => {
+    if (status === 401 || status === 403) return `the model endpoint ${url} answered ${status} to Proctor's key from ${keyName} (model "${options.model}")`;
+    if (status === 404 || (status === 400 && /model_not_found|does not exist|unknown model|invalid model|not_found_error/i.test(text))) {
+      return `the model endpoint ${url} answered ${status} for model "${options.model}" (unknown model or wrong base URL)`;
+    }
+    return null;
+  };
+
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const path = (req.url ?? "").split("?")[0] ?? "";
+    const [path = "", query = ""] = (req.url ?? "").split("?");
+    // Claude Code checks that its base URL answers before it starts; nothing secret here.
+    if ((req.method === "HEAD" || req.method === "GET") && path === "/api/hello") {
+      req.resume();
+      res.writeHead(200, { "content-type": "text/plain" });
+      return void res.end(req.method === "HEAD" ? undefined : "ok");
+    }
+    const route = protocolOfPath(path);
+    const protocol = route?.protocol ?? null;
     const auth = req.headers.authorization ?? "";
     const token = /^Bearer\s+(.+)$/i.exec(auth)?.[1]?.trim() ?? (typeof req.headers["x-api-key"] === "string" ? req.headers["x-api-key"] : "");
     const session = token ? sessions.get(tokenKey(token)) : undefined;
     if (!session) {
       req.resume();
-      return sendError(res, 401, "invalid_api_key", "Proctor model proxy: this token is not valid (the trial it belonged to has ended, or it never existed)");
+      return sendError(res, protocol, 401, "invalid_api_key", "Proctor model proxy: this token is not valid (the trial it belonged to has ended, or it never existed)");
     }
     if (req.method === "GET" && (path === "/v1/models" || path === "/models")) {
       res.writeHead(200, { "content-type": "application/json" });
-      return void res.end(JSON.stringify({ object: "list", data: [{ id: options.model, object: "model", owned_by: "proctor" }] }));
+      const entry = { id: options.model, object: "model", type: "model", display_name: options.model, owned_by: "proctor", created: 0 };
+      return void res.end(JSON.stringify({ object: "list", data: [entry], has_more: false, first_id: options.model, last_id: options.model }));
     }
-    if (req.method !== "POST" || (path !== "/v1/chat/completions" && path !== "/chat/completions")) {
+    if (req.method !== "POST" || !route || !protocol) {
       req.resume();
-      return sendError(res, 404, "not_found", `Proctor model proxy: no route ${req.method ?? ""} ${path}; it serves POST /v1/chat/completions and GET /v1/models`);
+      return sendError(res, protocol, 404, "not_found", `Proctor model proxy: no route ${req.method ?? ""} ${path}; it serves POST /v1/messages, /v1/messages/count_tokens, /v1/responses, /v1/chat/completions and GET /v1/models`);
     }
     const raw = await readBody(req);
-    if (raw === null) return sendError(res, 413, "request_too_large", `Proctor model proxy: request body above ${MAX_BODY_BYTES} bytes`);
+    if (raw === null) return sendError(res, protocol, 413, "request_too_large", `Proctor model proxy: request body above ${MAX_BODY_BYTES} bytes`);
     let body: Record<string, unknown>;
+    let items: unknown[] | null = null;
     try {
       const parsed: unknown = JSON.parse(raw.toString("utf8"));
-      if (!parsed || typeof parsed !== "object" || Array.isArray(parsed) || !Array.isArray((parsed as Record<string, unknown>).messages)) throw new Error("no messages");
+      if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) throw new Error("not an object");
       body = parsed as Record<string, unknown>;
+      items = conversationOf(protocol, body);
+      if (items === null) throw new Error("no conversation");
     } catch {
-      return sendError(res, 400, "invalid_request_error", "Proctor model proxy: the body must be a JSON chat-completions request with a messages array");
+      const field = protocol === "openai-responses" ? "an input" : "a messages array";
+      return sendError(res, protocol, 400, "invalid_request_error", `Proctor model proxy: the body must be a JSON ${protocol} request with ${field}`);
     }
-    if (body.stream === true) {
-      return sendError(res, 400, "stream_unsupported", "Proctor model proxy: stream: true is not supported (usage could not be accounted); send stream: false");
-    }
-    const over = session.overBudget();
-    if (over !== null) {
-      session.markExceeded(over);
-      return sendError(res, 402, "budget_exceeded", over);
-    }
-    const requestedModel = typeof body.model === "string" ? body.model : null;
-    const messages = body.messages as unknown[];
-    const { reused, added } = session.newMessages(messages);
-    session.totals.forwarded++;
-    session.inFlight++;
-    const started = performance.now();
-    const release = await limiter.acquire();
-    let status: number | null = null;
-    let text = "";
-    let contentType = "application/json";
-    try {
-      const headers: Record<string, string> = { "content-type": "application/json", accept: "application/json" };
-      if (apiKey) headers.authorization = `Bearer ${apiKey}`;
-      const answer = await request(completionsUrl, {
-        method: "POST",
-        headers,
-        body: JSON.stringify({ ...body, model: options.model }),
-        headersTimeout: timeoutMs,
-        bodyTimeout: timeoutMs,
-        ...(options.dispatcher ? { dispatcher: options.dispatcher } : {}),
-      });
-      status = answer.statusCode;
-      const type = answer.headers["content-type"];
-      if (typeof type === "string") contentType = type;
-      text = redact(await answer.body.text());
-    } catch (error) {
-      text = redact(error instanceof Error ? error.message : String(error));
-    } finally {
-      if (status === 429) limiter.onRateLimited();
-      else if (status !== null && status < 400) limiter.onSuccess();
-      release();
-      session.inFlight--;
-    }
-    const durationMs = Math.round(performance.now() - started);
-    const request_ = { message_count: messages.length, reused_messages: reused, new_messages: added, duration_ms: durationMs, status, ...(requestedModel !== null && requestedModel !== options.model ? { requested_model: requestedModel } : {}) };
-
-    if (status === null) {
-      session.totals.retries++;
-      session.record({ message: "", extra: { request: request_, error: `upstream connection error: ${text.slice(0, 300)}` } });
-      return sendError(res, 502, "upstream_unreachable", `Proctor model proxy: the model endpoint did not answer (${text.slice(0, 200)})`);
-    }
-    if (status === 401 || status === 403) {
-      const why = `the model endpoint ${completionsUrl} answered ${status} to Proctor's key from ${keyName} (model "${options.model}")`;
-      session.markFatal(why);
-      session.record({ message: "", extra: { request: request_, error: why } });
-      // Not the agent's fault and not its token: a 502 so its client does not blame its own key.
-      return sendError(res, 502, "upstream_auth_failed", `Proctor model proxy: ${why}`);
-    }
-    if (status === 404) {
-      const why = `the model endpoint ${completionsUrl} answered 404 for model "${options.model}" (unknown model or wrong base URL)`;
-      session.markFatal(why);
-      session.record({ message: "", extra: { request: request_, error: why } });
-      return sendError(res, 502, "upstream_model_not_found", `Proctor model proxy: ${why}`);
-    }
-    if (status === 429 || status >= 500 || status === 408) session.totals.retries++;
-    if (status >= 200 && status < 300) {
-      let parsed: Record<string, unknown> | null = null;
-      try {
-        parsed = JSON.parse(text) as Record<string, unknown>;
-      } catch {
-        parsed = null;
+    if (!route.countTokens) {
+      const over = session.overBudget();
+      if (over !== null) {
+        session.markExceeded(over);
+        return sendError(res, protocol, 402, "budget_exceeded", over);
       }
-      const usage = (parsed?.usage ?? {}) as { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null };
-      const inputTokens = Number(usage.prompt_tokens ?? 0) || 0;
-      const outputTokens = Number(usage.completion_tokens ?? 0) || 0;
-      const cached = usage.prompt_tokens_details?.cached_tokens;
-      session.totals.requests++;
-      session.totals.inputTokens += inputTokens;
-      session.totals.outputTokens += outputTokens;
-      session.totals.cachedTokens += cached ?? 0;
-      const choice = (Array.isArray(parsed?.choices) ? parsed.choices[0] : undefined) as
-        | { message?: { content?: string | null; reasoning_content?: string | null; tool_calls?: { id?: string; function?: { name?: string; arguments?: unknown } }[] | null }; finish_reason?: string | null }
-        | undefined;
-      const message = choice?.message;
-      const calls = message?.tool_calls ?? [];
-      session.record({
-        message: message?.content ?? "",
-        ...(message?.reasoning_content ? { reasoning_content: message.reasoning_content } : {}),
-        ...(calls.length > 0
-          ? { tool_calls: calls.map((c, i) => ({ tool_call_id: c.id ?? `call_${i}`, function_name: c.function?.name ?? "", arguments: parseArguments(c.function?.arguments) })) }
-          : {}),
-        metrics: { prompt_tokens: inputTokens, completion_tokens: outputTokens, ...(cached !== undefined ? { cached_tokens: cached } : {}) },
-        extra: { request: { ...request_, finish_reason: choice?.finish_reason ?? null } },
-      });
-    } else {
-      session.record({ message: "", extra: { request: request_, error: `upstream answered ${status}: ${text.slice(0, 300)}` } });
     }
-    res.writeHead(status, { "content-type": contentType });
-    res.end(text);
+    const stream = body.stream === true && !route.countTokens;
+    const requestedModel = typeof body.model === "string" ? body.model : null;
+    const url = `${root}${path.replace(/^\/v1(?=\/)/, "")}${protocol === "anthropic-messages" && query === "beta=true" ? "?beta=true" : ""}`;
+    // Sent as received when nothing changes (the usual case: the CLI was started with --model), else re-encoded.
+    const pinned = pinRequest(protocol, body, options.model);
+    const payload = requestedModel === options.model && pinned.stream_options === body.stream_options ? raw : JSON.stringify(pinned);
+    const headers = upstreamHeaders(req, protocol, stream);
+    if (route.countTokens) session.totals.countTokens++;
+    else session.totals.forwarded++;
+
+    // The agent hanging up (killed at its timeout, say) stops the upstream request too.
+    const gone = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) gone.abort(new Error("the agent closed the connection"));
+    });
+
+    const started = performance.now();
+    let firstByteMs: number | null = null;
+    let attempts = 0;
+    let lastStatus: number | null = null;
+    let lastError = "";
+    let lastHeaders: OutgoingHttpHeaders = {};
+    // What the agent sent that is new goes into the trajectory once the exchange is over.
+    let conversation: { reused: number; added: unknown[] } | null = null;
+    const recordInputs = () => {
+      if (route.countTokens || conversation) return;
+      conversation = session.newItems(items ?? []);
+      session.recordInputs(inputsOf(protocol, conversation.added));
+    };
+    const info = (status: number | null, error?: string) => {
+      recordInputs(); // the agent's inputs come before the answer in the trajectory
+      return {
+        protocol,
+        stream,
+        status,
+        attempts,
+        durationMs: Math.round(performance.now() - started),
+        firstByteMs,
+        requestedModel,
+        messageCount: items?.length ?? 0,
+        reusedMessages: conversation?.reused ?? 0,
+        ...(error !== undefined ? { error } : {}),
+      };
+    };
+
+    for (;;) {
+      attempts++;
+      let release: () => void;
+      try {
+        release = await limiter.acquire(gone.signal);
+      } catch {
+        return; // the agent left while waiting for a slot
+      }
+      let answer: Dispatcher.ResponseData | null = null;
+      try {
+        const sent = request(url, {
+          method: "POST",
+          headers,
+          body: payload,
+          headersTimeout: timeoutMs,
+          bodyTimeout: timeoutMs,
+          signal: gone.signal,
+          ...(options.dispatcher ? { dispatcher: options.dispatcher } : {}),
+        });
+        // Reading the request for the trajectory overlaps the upstream's work instead of delaying the answer.
+        if (attempts === 1) setImmediate(recordInputs);
+        answer = await sent;
+      } catch (error) {
+        release();
+        if (gone.signal.aborted) return;
+        lastStatus = null;
+        lastError = `connection error: ${redact(error instanceof Error ? error.message : String(error))}`;
+      }
+      if (answer) {
+        const status = answer.statusCode;
+        firstByteMs ??= Math.round(performance.now() - started);
+        if (status === 429) limiter.onRateLimited();
+        if (status >= 200 && status < 300) {
+          limiter.onSuccess();
+          const out: OutgoingHttpHeaders = { ...returnedHeaders(answer.headers), "content-type": String(answer.headers["content-type"] ?? (stream ? "text/event-stream" : "application/json")) };
+          const isStream = stream && String(answer.headers["content-type"] ?? "").includes("text/event-stream");
+          if (isStream) {
+            await relayStream(answer, res, out, protocol, session, info, release);
+            return;
+          }
+          let text: string;
+          try {
+            text = await answer.body.text();
+          } catch (error) {
+            release();
+            session.totals.retries++;
+            const why = `upstream body cut: ${redact(error instanceof Error ? error.message : String(error))}`;
+            session.recordReply(null, info(status, why));
+            return sendError(res, protocol, 502, "upstream_cut", `Proctor model proxy: ${why}`);
+          }
+          release();
+          if (route.countTokens) {
+            res.writeHead(status, out);
+            return void res.end(text);
+          }
+          let reply: WireReply | null = null;
+          try {
+            reply = replyOf(protocol, JSON.parse(text));
+          } catch {
+            reply = null;
+          }
+          session.totals.requests++;
+          session.recordReply(reply, info(status, reply ? undefined : "the answer was not JSON"));
+          res.writeHead(status, out);
+          return void res.end(text);
+        }
+        const text = redact(await readLimited(answer.body).catch(() => ""));
+        release();
+        lastStatus = status;
+        lastError = `upstream answered ${status}: ${text.slice(0, 300)}`;
+        lastHeaders = returnedHeaders(answer.headers);
+        if (!retryable(status)) {
+          recordInputs();
+          const fatal = route.countTokens && status === 404 ? null : fatalFor(status, text, url);
+          if (fatal) {
+            session.markFatal(fatal);
+            session.recordReply(null, info(status, fatal));
+            // Not the agent's fault and not its token: a 502 so its client does not blame its own key.
+            return sendError(res, protocol, 502, status === 404 || status === 400 ? "upstream_model_not_found" : "upstream_auth_failed", `Proctor model proxy: ${fatal}`);
+          }
+          if (!route.countTokens) session.recordReply(null, info(status, lastError));
+          res.writeHead(status, { "content-type": String(answer.headers["content-type"] ?? "application/json"), ...lastHeaders });
+          return void res.end(text);
+        }
+      }
+      // 429, 5xx or no answer: wait and try again while the policy allows, else pass it on.
+      session.totals.retries++;
+      const elapsed = performance.now() - started;
+      const asked = answer ? parseRetryAfter(answer.headers, clock.now()) : null;
+      const delay = asked !== null ? Math.min(asked, policy.maxRetryAfterMs) : backoffDelay(policy, attempts);
+      if (attempts >= policy.maxAttempts || elapsed + delay > policy.maxElapsedMs) {
+        recordInputs();
+        if (!route.countTokens) session.recordReply(null, info(lastStatus, `${lastError} (gave up after ${attempts} attempts)`));
+        if (lastStatus === null) return sendError(res, protocol, 502, "upstream_unreachable", `Proctor model proxy: the model endpoint did not answer (${lastError.slice(0, 200)})`);
+        return sendError(res, protocol, lastStatus, "upstream_error", `Proctor model proxy: ${lastError}`, lastHeaders);
+      }
+      try {
+        await clock.sleep(delay, gone.signal);
+      } catch {
+        return; // the agent left
+      }
+    }
   };
 
   const listener = (req: IncomingMessage, res: ServerResponse) => {
     handle(req, res).catch((error: unknown) => {
       logger.warn("model proxy request failed", { error: redact(error instanceof Error ? error.message : String(error)) });
-      sendError(res, 500, "proxy_error", "Proctor model proxy: internal error");
+      sendError(res, null, 500, "proxy_error", "Proctor model proxy: internal error");
     });
   };
 
   const tcp = createServer(listener);
   const unix = createServer(listener);
+  // Streams may be quiet for minutes while a model thinks; the agent's own client decides when to give up.
+  for (const server of [tcp, unix]) {
+    server.requestTimeout = 0;
+    server.headersTimeout = 60_000;
+    server.keepAliveTimeout = 65_000;
+  }
   let ownDir: string | null = null;
   let socketPath = options.socketPath;
   if (!socketPath) {
@@ -410,6 +413,7 @@ export async function startModelProxy(options: ModelProxyOptions): Promise<Model
     tcpBaseUrl: `http://127.0.0.1:${port}/v1`,
     socketPath,
     model: options.model,
+    limiter,
     openSession(sessionOptions = {}) {
       for (const [name, value] of [["budgetTokens", sessionOptions.budgetTokens], ["budgetRequests", sessionOptions.budgetRequests]] as const) {
         if (value !== undefined && !(Number.isInteger(value) && value > 0)) throw new RangeError(`model proxy: ${name} must be a whole number > 0, got ${value}`);
@@ -430,4 +434,76 @@ export async function startModelProxy(options: ModelProxyOptions): Promise<Model
       return closing;
     },
   };
+}
+
+/**
+ * Passes a streamed answer to the agent chunk by chunk (with backpressure), reading its events
+ * on the way for the trajectory. A stream that breaks off is broken off for the agent too (its
+ * client sees the connection end mid-answer, as it would from the provider) and recorded.
+ */
+function relayStream(
+  answer: Dispatcher.ResponseData,
+  res: ServerResponse,
+  headers: OutgoingHttpHeaders,
+  protocol: WireProtocol,
+  session: Session,
+  info: (status: number | null, error?: string) => Parameters<Session["recordReply"]>[1],
+  release: () => void,
+): Promise<void> {
+  const reply = new StreamReply(protocol);
+  const parser = createParser({ onEvent: (event) => reply.onEvent(event.data) });
+  const decoder = new TextDecoder();
+  const body = answer.body;
+  res.writeHead(answer.statusCode, { ...headers, "cache-control": "no-cache" });
+  // The headers leave with the first event (one write, not two), or on their own when the
+  // upstream is quiet after its headers, so the agent's client sees the answer has begun.
+  const flushLater = setTimeout(() => res.flushHeaders(), 50);
+  let corked = false;
+  const uncork = () => {
+    corked = false;
+    res.uncork();
+  };
+  return new Promise<void>((resolve) => {
+    let done = false;
+    const finish = (error: string | null) => {
+      if (done) return;
+      done = true;
+      clearTimeout(flushLater);
+      release();
+      res.off("drain", onDrain);
+      const cut = error ?? (reply.complete ? null : "the stream ended before its final event");
+      if (cut !== null) session.totals.retries++;
+      else session.totals.requests++;
+      session.recordReply(reply.result(), info(answer.statusCode, cut ?? reply.error ?? undefined));
+      resolve();
+    };
+    const onDrain = () => body.resume();
+    res.on("drain", onDrain);
+    body.on("data", (chunk: Buffer) => {
+      clearTimeout(flushLater);
+      // Chunks that arrive together leave together: one write per turn of the event loop.
+      if (!corked) {
+        corked = true;
+        res.cork();
+        process.nextTick(uncork);
+      }
+      if (!res.write(chunk)) body.pause();
+      parser.feed(decoder.decode(chunk, { stream: true }));
+    });
+    body.on("end", () => {
+      res.end();
+      finish(null);
+    });
+    body.on("error", (error: Error) => {
+      // Cut for the agent as it was cut for us: no clean end of the chunked body.
+      res.destroy();
+      finish(`stream cut: ${error.message}`);
+    });
+    res.on("close", () => {
+      if (!res.writableFinished && !done) {
+        body.destroy();
+        finish("the agent closed the connection mid-stream");
+      }
+    });
+  });
 }

@@ -164,7 +164,7 @@ export class QueueDispatcher {
 
   private async publishContext(ctx: DispatchContext): Promise<string> {
     const agentBundle = await this.bundleAgent(ctx);
-    const agent = ctx.agent.kind === "code" || ctx.agent.kind === "image" ? { ...ctx.agent, dir: "." } : ctx.agent;
+    const agent = ctx.agent.kind === "code" || ctx.agent.kind === "image" || (ctx.agent.kind === "installed" && ctx.agent.dir !== undefined) ? { ...ctx.agent, dir: "." } : ctx.agent;
     const record: RunContext = {
       agent,
       agentBundle,
@@ -193,6 +193,13 @@ export class QueueDispatcher {
   }
 
   private async bundleAgent(ctx: DispatchContext): Promise<BundleRef | null> {
+    if (ctx.agent.kind === "installed") {
+      // A built-in is known to every worker by name; an agent.toml dir travels as a bundle.
+      if (ctx.agent.dir === undefined) return null;
+      const bundle = await packBundle([ctx.agent.dir]);
+      await this.options.bundles.store.put(bundle);
+      return { sha256: bundle.sha256, source: this.bundleSource() };
+    }
     if (ctx.agent.kind !== "code" && ctx.agent.kind !== "image") return null;
     if (ctx.agent.kind === "code" && ctx.agent.modelProxy) throw new DispatchError("--llm-proxy cannot be used with --queue yet: the model proxy runs in this process, out of the workers' reach");
     const bundle = await packBundle([ctx.agent.dir]);

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir } from "node:fs/promises";
 import { hostname } from "node:os";
 import { join } from "node:path";
-import { createAgent } from "@proctor/agents";
+import { AgentConfigError, createAgent, type Agent } from "@proctor/agents";
 import { RepoCache, runTrial, systemClock, type TrialEnvironment } from "@proctor/engine";
 import { removeTreeWithoutStat, type SandboxRuntime } from "@proctor/sandbox";
 import { silentLogger, type AgentSpec, type EventBody, type Logger, type TrialResult } from "@proctor/schema";
@@ -56,6 +56,8 @@ export interface QueueWorkerHandle {
   readonly closed: Promise<void>;
 }
 
+/** An installed agent (its model proxy) is closed this long after its run's last trial on this worker. */
+const HELD_AGENT_IDLE_MS = 5 * 60_000;
 /** How long a worker gathers trial events before sending them. */
 const EVENT_FLUSH_MS = 50;
 /** Trials starting within this long share one heartbeat. */
@@ -140,6 +142,36 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
     return cancelled;
   };
 
+  // Agents that hold something for a run (an installed CLI's model proxy, its install) live per
+  // run settings while that run has trials here, and are closed a while after its last one.
+  const heldAgents = new Map<string, { agent: Agent; active: number; idle: NodeJS.Timeout | null }>();
+  const agentFor = (contextSha: string, spec: AgentSpec): { agent: Agent; done: () => void } => {
+    if (spec.kind !== "installed") return { agent: createAgent(spec), done: () => undefined };
+    let held = heldAgents.get(contextSha);
+    if (!held) heldAgents.set(contextSha, (held = { agent: createAgent(spec), active: 0, idle: null }));
+    const entry = held;
+    if (entry.idle) clearTimeout(entry.idle);
+    entry.idle = null;
+    entry.active++;
+    return {
+      agent: entry.agent,
+      done: () => {
+        if (--entry.active > 0) return;
+        entry.idle = setTimeout(() => {
+          heldAgents.delete(contextSha);
+          void entry.agent.close?.().catch(() => undefined);
+        }, HELD_AGENT_IDLE_MS);
+        entry.idle.unref();
+      },
+    };
+  };
+  const closeHeldAgents = async () => {
+    const all = [...heldAgents.values()];
+    heldAgents.clear();
+    for (const held of all) if (held.idle) clearTimeout(held.idle);
+    await Promise.all(all.map((held) => held.agent.close?.().catch(() => undefined)));
+  };
+
   const processor = async (job: Job): Promise<{ trialId: string } | { skipped: true }> => {
     const parsed = TrialJob.safeParse(job.data);
     if (!parsed.success) {
@@ -174,19 +206,28 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
     const runDir = join(options.workDir, "runs", `${data.runId}-${job.attemptsMade}-${randomBytes(3).toString("hex")}`);
     const emit = emitFor(data.runId);
     let small = false; // the trial dir went as a file list: its scratch dir is small
+    let releaseAgent = () => undefined as void;
     try {
       const root = await cache.materialize(record.bundle);
       const task = localizeTask(record.task, root);
       let agentSpec: AgentSpec = context.agent;
-      if ((agentSpec.kind === "code" || agentSpec.kind === "image") && context.agentBundle) {
+      if ((agentSpec.kind === "code" || agentSpec.kind === "image" || (agentSpec.kind === "installed" && agentSpec.dir !== undefined)) && context.agentBundle) {
         agentSpec = { ...agentSpec, dir: join(await cache.materialize(context.agentBundle), "p0") };
+      }
+      let agent: Agent;
+      try {
+        ({ agent, done: releaseAgent } = agentFor(data.context, agentSpec));
+      } catch (error) {
+        // This worker cannot run the run's agent at all (its key's variable is not set here, say).
+        if (error instanceof AgentConfigError) throw new UnrecoverableError(`worker ${name}: ${error.message}`);
+        throw error;
       }
       await mkdir(join(runDir, "trials"), { recursive: true });
       const env: TrialEnvironment = {
         runId: data.runId,
         runDir,
         runtime,
-        agent: createAgent(agentSpec),
+        agent,
         timeoutMultiplier: context.timeoutMultiplier,
         defaultImage: context.defaultImage,
         repoCache,
@@ -230,6 +271,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
       tell({ event: "released", runId: data.runId, trialId: data.trialId, reason: (error as Error).message, durationMs: Date.now() - jobStarted });
       throw error;
     } finally {
+      releaseAgent();
       if (running.delete(data.trialId)) beatSoon(); // ended without a result (retry, stop)
       await removeScratch(runDir, small, logger);
     }
@@ -279,6 +321,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
       if (beatTimer) clearTimeout(beatTimer);
       flushEvents();
       clearInterval(reaper);
+      await closeHeldAgents();
       await options.runtime.drain?.().catch((error: unknown) => logger.warn("removing sandboxes failed", { error: (error as Error).message }));
       await forget(redis, prefix, id).catch(() => undefined);
       redis.disconnect();

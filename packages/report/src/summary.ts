@@ -41,6 +41,7 @@ export function renderRunSummary(summary: RunSummary): string {
     const u = summary.usage;
     const n = (x: number) => x.toLocaleString("en-US");
     lines.push(`tokens         ${n(u.inputTokens)} in, ${n(u.outputTokens)} out (${n(u.requests)} model requests, ${n(u.retries)} retried, over ${u.trials} trials)`);
+    if (u.costUsd !== undefined) lines.push(`cost           $${u.costUsd.toFixed(4)} (from the price table, over ${u.trials} trials)`);
   }
   if (summary.error) lines.push(`stopped        ${summary.error}`);
   if (t.total < t.planned) lines.push(`unfinished     ${t.planned - t.total} of ${t.planned} planned trials`);

@@ -112,6 +112,8 @@ function usageTotals(results: readonly TrialResult[]): Pick<RunSummary, "usage">
   const withUsage = results.filter((r) => r.agent?.usage);
   if (withUsage.length === 0) return {};
   const usage = { inputTokens: 0, outputTokens: 0, requests: 0, retries: 0, trials: withUsage.length };
+  const cache = { read: 0, write: 0, seen: false };
+  let cost: number | null = null;
   for (const r of withUsage) {
     const u = r.agent?.usage;
     if (!u) continue;
@@ -119,8 +121,18 @@ function usageTotals(results: readonly TrialResult[]): Pick<RunSummary, "usage">
     usage.outputTokens += u.outputTokens;
     usage.requests += u.requests;
     usage.retries += u.retries;
+    if (u.cacheReadTokens !== undefined) cache.read += u.cacheReadTokens;
+    if (u.cacheWriteTokens !== undefined) cache.write += u.cacheWriteTokens;
+    if (u.cacheReadTokens !== undefined || u.cacheWriteTokens !== undefined) cache.seen = true;
+    if (u.costUsd !== undefined) cost = (cost ?? 0) + u.costUsd;
   }
-  return { usage };
+  return {
+    usage: {
+      ...usage,
+      ...(cache.seen ? { cacheReadTokens: cache.read, cacheWriteTokens: cache.write } : {}),
+      ...(cost !== null ? { costUsd: Math.round(cost * 1e6) / 1e6 } : {}),
+    },
+  };
 }
 
 /** Aggregates finished trials into summary.json. Every rate carries its numerator, denominator and what it counts. */

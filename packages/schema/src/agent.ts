@@ -16,6 +16,11 @@ export const ModelProxySpec = z.object({
   budgetRequests: z.number().int().positive().optional(),
   /** Most upstream requests in flight at once across the run's trials. */
   llmConcurrency: z.number().int().positive().optional(),
+  /** USD per million tokens of `model` (`--price-table`): usage then carries costUsd. Cache prices default to the input price. */
+  prices: z
+    .object({ input: z.number().nonnegative(), output: z.number().nonnegative(), cacheRead: z.number().nonnegative().optional(), cacheWrite: z.number().nonnegative().optional() })
+    .strict()
+    .optional(),
 });
 export type ModelProxySpec = z.infer<typeof ModelProxySpec>;
 
@@ -39,6 +44,18 @@ export const AgentSpec = z.discriminatedUnion("kind", [
     maxOutputTokens: z.number().int().positive().optional(),
     /** Most model requests in flight at once across the run's trials (adaptive below it). */
     llmConcurrency: z.number().int().positive().optional(),
+  }),
+  /**
+   * A CLI agent installed once per machine and bound read-only into its sandboxes, talking to
+   * its model through Proctor's proxy: a built-in (`name` "codex" or "claude-code", no `dir`) or
+   * the agent.toml in `dir`; `version` overrides the definition's.
+   */
+  z.object({
+    kind: z.literal("installed"),
+    name: z.string().min(1),
+    version: z.string().min(1).optional(),
+    dir: z.string().optional(),
+    modelProxy: ModelProxySpec,
   }),
   /** An agent packaged as a Docker image: `<dir>/Dockerfile` + `<dir>/agent.toml` (name, start, [env], [build_args]). */
   z.object({ kind: z.literal("image"), dir: z.string() }),

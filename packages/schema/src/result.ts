@@ -150,7 +150,20 @@ export const TrialResult = z.object({
       name: z.string().optional(),
       /** Model a model-driven agent talked to. */
       model: z.string().optional(),
-      usage: z.object({ inputTokens: z.number(), outputTokens: z.number(), requests: z.number(), retries: z.number() }).optional(),
+      usage: z
+        .object({
+          inputTokens: z.number(),
+          outputTokens: z.number(),
+          requests: z.number(),
+          retries: z.number(),
+          /** Prompt tokens served from the provider's cache (part of inputTokens). */
+          cacheReadTokens: z.number().optional(),
+          /** Prompt tokens written to the provider's cache (part of inputTokens). */
+          cacheWriteTokens: z.number().optional(),
+          /** What the usage cost in USD, from the run's price table (`--price-table`). */
+          costUsd: z.number().optional(),
+        })
+        .optional(),
     })
     .nullable(),
   checks: z.array(CheckResult).nullable(),
@@ -244,7 +257,7 @@ export const RunSummary = z.object({
   durationMs: z.number().nonnegative(),
   /** Model usage summed over finished trials whose agent reported it (model-driven agents only). */
   usage: z
-    .object({ inputTokens: z.number(), outputTokens: z.number(), requests: z.number(), retries: z.number(), trials: z.number().int() })
+    .object({ inputTokens: z.number(), outputTokens: z.number(), requests: z.number(), retries: z.number(), trials: z.number().int(), cacheReadTokens: z.number().optional(), cacheWriteTokens: z.number().optional(), costUsd: z.number().optional() })
     .optional(),
   /** Why a run with status "failed" stopped (a fatal agent error such as a rejected model key). */
   error: z.string().optional(),

@@ -2,14 +2,14 @@ import { mkdir, readFile, stat } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
-import type { AgentSpec, Logger, RunSummary, TaskSpec } from "@proctor/schema";
+import type { AgentSpec, Logger, ModelProxySpec, RunSummary, TaskSpec } from "@proctor/schema";
 import { DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL } from "@proctor/llm";
 import { readRunConfig, startRun } from "@proctor/engine";
 import { loadTasks } from "@proctor/tasks";
-import { AgentConfigError, patchesAgent, readImageAgent } from "@proctor/agents";
+import { AgentConfigError, AgentError, BUILTIN_INSTALLED_AGENTS, readPriceTable, builtinInstalledAgent, installAgent, isBuiltinInstalledAgent, patchesAgent, readImageAgent, readInstalledAgent, type InstalledAgentDefinition } from "@proctor/agents";
 import { parseContainerConfig, type ContainerConfig } from "@proctor/sandbox-docker";
 import { describeLimits, resolveRunLimits, storedRunLimits, type LimitFlags, type ResolvedLimits } from "../limits";
-import { UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT } from "../errors";
+import { CliError, UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
 import { createProgress, renderRunSummary } from "@proctor/report";
 import { prepareSources } from "../sources";
@@ -69,6 +69,20 @@ export interface LlmFlags {
   llmProxy?: boolean;
   llmBudgetTokens?: number;
   llmBudgetRequests?: number;
+  /** --price-table FILE: JSON {"<model>": {"input", "output", "cache_read"?, "cache_write"?}} in USD per million tokens. */
+  priceTable?: string;
+  /** The prices a resumed run was started with (its --price-table, already read). */
+  storedPrices?: ModelProxySpec["prices"];
+}
+
+/** `--price-table FILE`'s prices for `model`; every problem names the file (exit 2). */
+function pricesFor(file: string, model: string): NonNullable<ModelProxySpec["prices"]> {
+  try {
+    return readPriceTable(resolve(file), model);
+  } catch (error) {
+    if (error instanceof AgentConfigError) throw new UsageError(`--price-table ${error.message}`, { cause: error });
+    throw error;
+  }
 }
 
 /**
@@ -100,10 +114,80 @@ export function llmSpec(flags: LlmFlags, env: NodeJS.ProcessEnv = process.env): 
   };
 }
 
-export function parseAgent(value: string | undefined, archiveAgentDir: string | null, llm: LlmFlags = {}): AgentSpec {
+/** Default API root per wire protocol when --base-url is not given. */
+function defaultBaseUrl(protocol: InstalledAgentDefinition["protocol"], env: NodeJS.ProcessEnv): { url: string; from: string | null } {
+  if (protocol === "anthropic-messages") return env.ANTHROPIC_BASE_URL ? { url: env.ANTHROPIC_BASE_URL, from: "$ANTHROPIC_BASE_URL" } : { url: "https://api.anthropic.com/v1", from: null };
+  return env.OPENAI_BASE_URL ? { url: env.OPENAI_BASE_URL, from: "$OPENAI_BASE_URL" } : { url: DEFAULT_BASE_URL, from: null };
+}
+
+/** `claude-code[@VER]`, `codex[@VER]` or `installed:<dir>[@VER]` as a definition, or null when `value` is none of these. */
+export function installedDefinition(value: string): InstalledAgentDefinition | null {
+  const at = value.lastIndexOf("@");
+  const [head, version] = at > 0 && !value.slice(at + 1).includes("/") ? [value.slice(0, at), value.slice(at + 1)] : [value, undefined];
+  if (version === "") throw new UsageError(`--agent ${value}: nothing after @ (write ${head}@VERSION, e.g. ${head}@1.2.3, or leave @ out for the default)`);
+  try {
+    if (isBuiltinInstalledAgent(head)) return builtinInstalledAgent(head, version);
+    if (value.startsWith("installed:")) {
+      // A directory name may hold an @: prefer the whole value when it is a directory.
+      const whole = value.slice("installed:".length);
+      if (existsSync(resolve(whole))) return readInstalledAgent(resolve(whole));
+      return readInstalledAgent(resolve(head.slice("installed:".length)), version !== undefined ? { version } : {});
+    }
+  } catch (error) {
+    if (error instanceof AgentConfigError) throw new UsageError(`--agent ${value}: ${error.message}`, { cause: error });
+    throw error;
+  }
+  return null;
+}
+
+/**
+ * The installed-agent spec from flags: --model required; the base URL and the key's variable
+ * default by the agent's wire protocol (Anthropic: https://api.anthropic.com/v1 and
+ * ANTHROPIC_API_KEY; OpenAI: $OPENAI_BASE_URL or OpenAI's, and OPENAI_API_KEY). The key must
+ * be set now: a run whose every trial would fail on it does not start.
+ */
+function installedSpec(value: string, def: InstalledAgentDefinition, flags: LlmFlags, env: NodeJS.ProcessEnv = process.env): AgentSpec {
   const flagName = (k: string) => `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
-  const given = (keys: string[]) => Object.entries(llm).filter(([k, v]) => v !== undefined && v !== false && keys.includes(k)).map(([k]) => flagName(k));
-  const proxyOnly = given(["llmProxy", "llmBudgetTokens", "llmBudgetRequests"]);
+  const loopOnly = Object.entries(flags).filter(([k, v]) => v !== undefined && v !== false && ["maxTurns", "temperature", "maxOutputTokens", "llmProxy"].includes(k)).map(([k]) => flagName(k));
+  if (loopOnly.length > 0) throw new UsageError(`${loopOnly.join(", ")} do not go with --agent ${value} (the CLI runs its own loop; its model comes through Proctor's proxy already)`);
+  if (!flags.model) throw new UsageError(`--agent ${value} needs --model NAME (the model the CLI is evaluated with, e.g. ${def.protocol === "anthropic-messages" ? "claude-sonnet-4-5" : "gpt-5"})`);
+  const fallback = defaultBaseUrl(def.protocol, env);
+  const baseUrl = flags.baseUrl ?? fallback.url;
+  try {
+    const url = new URL(baseUrl);
+    if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error("not http(s)");
+  } catch {
+    throw new UsageError(`--base-url must be an http(s) URL such as ${def.protocol === "anthropic-messages" ? "https://api.anthropic.com/v1" : "https://api.openai.com/v1"}, got "${baseUrl}"${flags.baseUrl === undefined && fallback.from ? ` (from ${fallback.from})` : ""}`);
+  }
+  const apiKeyEnv = flags.apiKeyEnv ?? (def.protocol === "anthropic-messages" ? "ANTHROPIC_API_KEY" : DEFAULT_API_KEY_ENV);
+  if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(apiKeyEnv)) throw new UsageError("--api-key-env takes the NAME of an environment variable (e.g. ANTHROPIC_API_KEY), not the key itself; got a value that is not a variable name");
+  if (!env[apiKeyEnv]) throw new UsageError(`$${apiKeyEnv} is not set: --agent ${value} sends its model requests through Proctor's proxy, which needs the API key in that variable (export it, or name another with --api-key-env)`);
+  const builtin = (BUILTIN_INSTALLED_AGENTS as readonly string[]).includes(def.source);
+  return {
+    kind: "installed",
+    name: def.name,
+    version: def.version,
+    ...(builtin ? {} : { dir: def.dir }),
+    modelProxy: {
+      model: flags.model,
+      baseUrl,
+      apiKeyEnv,
+      ...(flags.llmConcurrency !== undefined ? { llmConcurrency: flags.llmConcurrency } : {}),
+      ...(flags.llmBudgetTokens !== undefined ? { budgetTokens: flags.llmBudgetTokens } : {}),
+      ...(flags.llmBudgetRequests !== undefined ? { budgetRequests: flags.llmBudgetRequests } : {}),
+      ...(flags.priceTable !== undefined ? { prices: pricesFor(flags.priceTable, flags.model) } : flags.storedPrices ? { prices: flags.storedPrices } : {}),
+    },
+  };
+}
+
+export function parseAgent(value: string | undefined, archiveAgentDir: string | null, llm: LlmFlags = {}): AgentSpec {
+  if (value !== undefined) {
+    const installed = installedDefinition(value);
+    if (installed) return installedSpec(value, installed, llm);
+  }
+  const flagName = (k: string) => `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+  const given = (keys: string[]) => Object.entries(llm).filter(([k, v]) => v !== undefined && v !== false && k !== "storedPrices" && keys.includes(k)).map(([k]) => flagName(k));
+  const proxyOnly = given(["llmProxy", "llmBudgetTokens", "llmBudgetRequests", "priceTable"]);
   const loopOnly = given(["maxTurns", "temperature", "maxOutputTokens"]);
   const llmFlags = given(Object.keys(llm));
   if (value === "llm") {
@@ -123,6 +207,7 @@ export function parseAgent(value: string | undefined, archiveAgentDir: string | 
         ...model,
         ...(llm.llmBudgetTokens !== undefined ? { budgetTokens: llm.llmBudgetTokens } : {}),
         ...(llm.llmBudgetRequests !== undefined ? { budgetRequests: llm.llmBudgetRequests } : {}),
+        ...(llm.priceTable !== undefined && llm.model ? { prices: pricesFor(llm.priceTable, llm.model) } : llm.storedPrices ? { prices: llm.storedPrices } : {}),
       },
     };
   }
@@ -135,7 +220,7 @@ export function parseAgent(value: string | undefined, archiveAgentDir: string | 
   if (value.startsWith("image:")) return imageAgentSpec(value.slice("image:".length));
   const dir = resolve(value);
   if (!existsSync(dir)) {
-    throw new UsageError(`--agent ${value}: not oracle, nop or llm, and no such directory`);
+    throw new UsageError(`--agent ${value}: not oracle, nop, llm, claude-code, codex or installed:<dir>, and no such directory`);
   }
   return { kind: "code", dir };
 }
@@ -229,14 +314,19 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     // With no sources given, a resume repeats the stored run exactly; given flags must match it.
     if (sources.length === 0) {
       sources = previous.sources;
-      agentArg ??= previous.agent.kind === "image" ? `image:${previous.agent.dir}` : previous.agent.kind === "code" ? previous.agent.dir : previous.agent.kind === "custom" && previous.agent.name.startsWith("patches:") ? previous.agent.name : previous.agent.kind;
+      agentArg ??= previous.agent.kind === "installed" ? `${previous.agent.dir !== undefined ? `installed:${previous.agent.dir}` : previous.agent.name}@${previous.agent.version ?? ""}` : previous.agent.kind === "image" ? `image:${previous.agent.dir}` : previous.agent.kind === "code" ? previous.agent.dir : previous.agent.kind === "custom" && previous.agent.name.startsWith("patches:") ? previous.agent.name : previous.agent.kind;
       if (previous.agent.kind === "llm" && agentArg === "llm") {
         const { kind: _kind, ...stored } = previous.agent;
         llmFlags = { ...stored, ...Object.fromEntries(Object.entries(llmFlags).filter(([, v]) => v !== undefined)) };
       }
+      if (previous.agent.kind === "installed") {
+        const { budgetTokens, budgetRequests, prices, ...stored } = previous.agent.modelProxy;
+        const storedFlags: LlmFlags = { ...stored, llmBudgetTokens: budgetTokens, llmBudgetRequests: budgetRequests, storedPrices: prices };
+        llmFlags = { ...storedFlags, ...Object.fromEntries(Object.entries(llmFlags).filter(([, v]) => v !== undefined)) };
+      }
       if (previous.agent.kind === "code" && previous.agent.modelProxy) {
-        const { budgetTokens, budgetRequests, ...stored } = previous.agent.modelProxy;
-        const storedFlags: LlmFlags = { ...stored, llmProxy: true, llmBudgetTokens: budgetTokens, llmBudgetRequests: budgetRequests };
+        const { budgetTokens, budgetRequests, prices, ...stored } = previous.agent.modelProxy;
+        const storedFlags: LlmFlags = { ...stored, llmProxy: true, llmBudgetTokens: budgetTokens, llmBudgetRequests: budgetRequests, storedPrices: prices };
         llmFlags = { ...storedFlags, ...Object.fromEntries(Object.entries(llmFlags).filter(([, v]) => v !== undefined)) };
       }
       runtimeArg = previous.runtime;
@@ -285,6 +375,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     : null;
   const runtime = queued?.runtime ?? (await openRuntime(parseRuntimeChoice(runtimeArg), options.logger));
   const image = defaultImage ?? (runtime.name === "docker" ? DEFAULT_DOCKER_IMAGE : null);
+  if ("kind" in agent && agent.kind === "installed" && !queued) await preinstall(agent, runtime, err, options.signal);
   // A run killed with -9 leaves its sandboxes behind; remove those of dead owners before starting.
   const reaped = await runtime.reap();
   if (reaped > 0) err.write(`removed ${reaped} sandbox(es) left behind by runs that died\n`);
@@ -364,4 +455,23 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
 
 export async function isDirectory(path: string): Promise<boolean> {
   return (await stat(path).catch(() => null))?.isDirectory() ?? false;
+}
+
+/**
+ * Installs an installed agent's version before the run (once per machine; a cached one is only
+ * checked for), so a failed install is one clear line before any trial and the trials start
+ * without installing. Needs a runtime whose sandboxes have files of their own (the install is
+ * bound into them read-only).
+ */
+async function preinstall(spec: Extract<AgentSpec, { kind: "installed" }>, runtime: Awaited<ReturnType<typeof openRuntime>>, err: NodeJS.WritableStream, signal: AbortSignal | undefined): Promise<void> {
+  const label = `${spec.name}@${spec.version ?? "default"}`;
+  if (!runtime.capabilities.files) throw new UsageError(`--agent ${label} runs in containers: the ${runtime.name} runtime cannot bind its install into a sandbox; use --runtime docker`);
+  const def = spec.dir !== undefined ? readInstalledAgent(spec.dir, spec.version !== undefined ? { version: spec.version } : {}) : builtinInstalledAgent(spec.name as (typeof BUILTIN_INSTALLED_AGENTS)[number], spec.version);
+  try {
+    const done = await installAgent(def, { runtime, ...(signal ? { signal } : {}), onProgress: (line) => err.write(`agent ${def.name} ${def.version}: ${line}\n`) });
+    err.write(done.installed ? `agent ${def.name} ${def.version}: installed in ${(done.durationMs / 1000).toFixed(1)} s into ${done.dir}\n` : `agent ${def.name} ${def.version}: cached in ${done.dir}\n`);
+  } catch (error) {
+    if (error instanceof AgentError) throw new CliError(error.message, 1, { cause: error });
+    throw error;
+  }
 }

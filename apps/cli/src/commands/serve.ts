@@ -3,7 +3,9 @@ import { KeyLoadError, loadKeypair, type Keypair } from "@proctor/auth";
 import type { Logger } from "@proctor/schema";
 import { DEFAULT_API_KEY_ENV } from "@proctor/llm";
 import type { AuthMode, ServerModelProxy, StartServerOptions } from "@proctor/server";
+import { BUILTIN_INSTALLED_AGENTS } from "@proctor/agents";
 import { UsageError } from "../errors";
+import { installedDefinition } from "./run";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
 import { queuedRuntime } from "./queue";
 
@@ -41,6 +43,8 @@ export interface ServeOptions {
   llmModels?: string;
   llmBudgetTokens?: number;
   llmBudgetRequests?: number;
+  /** --agents: installed CLI agents (codex[@VER], claude-code[@VER], installed:<dir>[@VER]) batches may name with ?agent=. */
+  agents?: string;
   /** --agent-image-build-timeout / --agent-image-max-mb / --agent-image-build-network: limits of an uploaded agent_image/ build. */
   agentImageBuildTimeoutSec?: number;
   agentImageMaxMb?: number;
@@ -58,7 +62,7 @@ export interface ServeOptions {
 
 /** The server's model proxy from flags; the key is only named (its env var), never read here. */
 function serverModelProxy(options: ServeOptions): ServerModelProxy | undefined {
-  const given = ([["--llm-api-key-env", options.llmApiKeyEnv], ["--llm-models", options.llmModels], ["--llm-budget-tokens", options.llmBudgetTokens], ["--llm-budget-requests", options.llmBudgetRequests]] as const).filter(([, v]) => v !== undefined);
+  const given = ([["--llm-api-key-env", options.llmApiKeyEnv], ["--llm-models", options.llmModels], ["--llm-budget-tokens", options.llmBudgetTokens], ["--llm-budget-requests", options.llmBudgetRequests], ["--agents", options.agents]] as const).filter(([, v]) => v !== undefined);
   if (options.llmProxyBaseUrl === undefined) {
     if (given.length > 0) throw new UsageError(`${given.map(([n]) => n).join(", ")} need --llm-proxy-base-url URL`);
     return undefined;
@@ -73,10 +77,20 @@ function serverModelProxy(options: ServeOptions): ServerModelProxy | undefined {
   if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(apiKeyEnv)) throw new UsageError("--llm-api-key-env takes the NAME of an environment variable, not the key itself");
   const models = (options.llmModels ?? "").split(",").map((m) => m.trim()).filter((m) => m !== "");
   if (models.length === 0) throw new UsageError("--llm-proxy-base-url needs --llm-models a,b (the models batches may name with ?model=; the first is the default)");
+  const agents: NonNullable<ServerModelProxy["agents"]> = {};
+  for (const value of (options.agents ?? "").split(",").map((a) => a.trim()).filter((a) => a !== "")) {
+    const def = installedDefinition(value);
+    if (!def) throw new UsageError(`--agents ${value}: not claude-code, codex or installed:<dir> (each with an optional @VERSION)`);
+    // The operator's key stays in this process; without it every batch naming the agent would fail.
+    if (!process.env[apiKeyEnv]) throw new UsageError(`--agents ${value}: $${apiKeyEnv} is not set; the agent's model requests go through this server's proxy with that key (--llm-api-key-env names another variable)`);
+    const builtin = (BUILTIN_INSTALLED_AGENTS as readonly string[]).includes(def.source);
+    agents[def.name] = { name: def.name, version: def.version, ...(builtin ? {} : { dir: def.dir }) };
+  }
   return {
     baseUrl: options.llmProxyBaseUrl,
     apiKeyEnv,
     models,
+    ...(Object.keys(agents).length > 0 ? { agents } : {}),
     ...(options.llmBudgetTokens !== undefined ? { budgetTokens: options.llmBudgetTokens } : {}),
     ...(options.llmBudgetRequests !== undefined ? { budgetRequests: options.llmBudgetRequests } : {}),
   };
@@ -162,6 +176,7 @@ export async function serveCommand(options: ServeOptions): Promise<number> {
   if (modelProxy) {
     const keyState = process.env[modelProxy.apiKeyEnv] ? "set" : "not set: no key is sent";
     process.stderr.write(`proctor serve: agents get models ${modelProxy.models.join(", ")} through the model proxy to ${modelProxy.baseUrl} (key from $${modelProxy.apiKeyEnv}, ${keyState})\n`);
+    if (modelProxy.agents) process.stderr.write(`proctor serve: batches may name ?agent=${Object.values(modelProxy.agents).map((a) => `${a.name}`).join(" | ")} (${Object.values(modelProxy.agents).map((a) => `${a.name} ${a.version ?? ""}`.trim()).join(", ")}; installed on first use)\n`);
   }
   process.stderr.write(`proctor serve: listening on ${server.url} (auth ${options.auth}, runtime ${runtime.name}, data ${resolve(options.dataDir)})\n`);
   if (options.queue !== undefined) process.stderr.write(`proctor serve: trials go to workers on the queue (start them: proctor worker --queue URL --runtime ${runtime.name}); this process runs none\n`);

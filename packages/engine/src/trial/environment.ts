@@ -44,6 +44,8 @@ export async function startSandbox(attempt: Attempt, lifetimeMs: number, onPendi
   });
 
   attempt.image = image;
+  // An installed CLI agent is bound read-only into the sandbox (installed on first use, once per machine).
+  const agentMounts = (await env.agent.sandboxMounts?.(env.runtime, signal)) ?? [];
   const limits = effectiveLimits(task, env.limits);
   const container = containerSettingsFor(task, env.container);
   const startBound = AbortSignal.timeout(SANDBOX_START_MS);
@@ -54,7 +56,7 @@ export async function startSandbox(attempt: Attempt, lifetimeMs: number, onPendi
     ...(limits.memoryMb !== undefined ? { memoryMb: limits.memoryMb } : {}),
     ...(limits.pidsLimit !== undefined ? { pidsLimit: limits.pidsLimit } : {}),
     network: spec.allowInternet,
-    ...(task.competition ? { mounts: competitionMounts(task) } : {}),
+    ...(task.competition || agentMounts.length > 0 ? { mounts: [...competitionMounts(task), ...agentMounts] } : {}),
     ...(container ? { container } : {}),
     env: spec.env,
     ...(spec.workdir !== null ? { workdir: spec.workdir } : {}),
