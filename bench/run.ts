@@ -40,6 +40,7 @@ const BENCHES: Bench[] = [
   { name: "trial-overhead", docker: true, quick: ["--trials", "24", "--parallel", "8", "--rounds", "1"], full: [] },
   { name: "slots", docker: true, quick: ["--rollouts", "200", "--naive-rollouts", "24"], full: [] },
   { name: "queue", docker: false, quick: ["--trials", "400", "--tasks", "20"], full: [] },
+  { name: "file-audit", docker: true, quick: ["--rounds", "3", "--imports", "5", "--execs", "200"], full: [] },
   { name: "swe-checkout", docker: false, quick: ["--instances", "5", "--commits", "1000"], full: [] },
 ];
 

@@ -230,7 +230,11 @@ static int learn(int pid, int depth, const char *exec_path) {
  * its exec, so it holds its pid now and the event is certainly its own.
  */
 static int process_of(int pid, int depth, const char *exec_path, int blocked) {
-  if (pid <= 0 || pid >= pid_max) return depth > 0 ? -1 : add_proc(0, 'g');
+  if (pid <= 0 || pid >= pid_max) {
+    if (depth > 0) return -1;
+    if (!by_pid[0]) add_proc(0, 'g'); /* one record for every event without a usable pid */
+    return by_pid[0] - 1;
+  }
   int id = by_pid[pid] - 1;
   if (id < 0) return learn(pid, depth, exec_path);
   proc_t *p = &procs[id];

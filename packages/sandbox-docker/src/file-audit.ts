@@ -79,7 +79,7 @@ function buildHelper(): string {
   }
   if (built.status !== 0) {
     rmSync(temp, { force: true });
-    const why = built.stderr.split("\n").find((line) => /error/i.test(line)) ?? firstLine(built.stderr) ?? built.error?.message;
+    const why = built.stderr.split("\n").find((line) => /error/i.test(line))?.trim() ?? firstLine(built.stderr) ?? built.error?.message ?? `it exited ${built.status}`;
     throw new Error(`building the file-audit helper with ${cc} failed: ${why}`);
   }
   renameSync(temp, binary);
