@@ -341,6 +341,7 @@ static int through_host_mount(int fd) {
 /* ---- events ---- */
 
 static int fan;
+static pid_t self;
 
 static void handle(const struct fanotify_event_metadata *m) {
   events++;
@@ -358,7 +359,7 @@ static void handle(const struct fanotify_event_metadata *m) {
   }
   int exec = (m->mask & (FAN_OPEN_EXEC | FAN_OPEN_EXEC_PERM)) != 0;
   int blocked = (m->mask & FAN_OPEN_EXEC_PERM) != 0;
-  if (m->pid != getpid()) {
+  if (m->pid != self) {
     int id = process_of(m->pid, 0, exec && named ? path : NULL, blocked);
     if (!named) unnamed++;
     else {
@@ -376,20 +377,22 @@ static void handle(const struct fanotify_event_metadata *m) {
   if (m->fd >= 0) close(m->fd);
 }
 
-/* Reads and handles every queued event; returns when the queue is empty. */
-static void drain(char *buf, size_t size) {
-  for (;;) {
+/*
+ * Reads and handles queued events: one read, or (`all`) until the queue is empty. One read per
+ * wake-up saves a read that would find nothing; poll says when there is more.
+ */
+static void drain(char *buf, size_t size, int all) {
+  do {
     ssize_t n = read(fan, buf, size);
     if (n < 0) {
       if (errno == EAGAIN) return;
-      if (errno == EINTR) continue;
-      unnamed++; /* an event whose file the kernel could not open for us (kernels before 6.13) */
+      if (errno != EINTR) unnamed++; /* an event whose file the kernel could not open for us (kernels before 6.13) */
       continue;
     }
     sample();
     const struct fanotify_event_metadata *m = (const void *)buf;
     for (; FAN_EVENT_OK(m, n); m = FAN_EVENT_NEXT(m, n)) handle(m);
-  }
+  } while (all);
 }
 
 /* ---- output ---- */
@@ -454,6 +457,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   init_pid = atoi(argv[1]);
+  self = getpid();
   char buf[256];
   if (read_text("/proc/sys/kernel/pid_max", buf, sizeof buf) < 0) die("/proc/sys/kernel/pid_max", errno);
   pid_max = atoi(buf);
@@ -514,13 +518,15 @@ int main(int argc, char **argv) {
     int n = poll(fds, 2, 100);
     if (n < 0 && errno != EINTR) die("poll", errno);
     if (n == 0) sample();
-    if (fds[0].revents) drain(events_buf, size);
+    if (fds[0].revents) drain(events_buf, size, 0);
     if (fds[1].revents) {
       ssize_t got = read(0, buf, sizeof buf);
       if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) break;
     }
   }
-  drain(events_buf, size);
+  /* No new events from here (a busy container could keep the queue full forever), then the rest. */
+  if (fanotify_mark(fan, FAN_MARK_FLUSH | FAN_MARK_FILESYSTEM, 0, AT_FDCWD, NULL) < 0) die("fanotify_mark (flush)", errno);
+  drain(events_buf, size, 1);
   close(fan); /* any permission event still queued is allowed by the kernel now */
   report();
   return 0;
