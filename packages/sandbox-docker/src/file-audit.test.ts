@@ -236,6 +236,28 @@ describe.skipIf(!run)("file audit of a Docker sandbox", () => {
     }
   });
 
+  it("stops, complete, while processes keep opening files", async () => {
+    // Distinct files, so the kernel cannot merge their events. (stop() removes the mark before it
+    // reads the last events: a queue that never empties cannot hold it up.)
+    const spin = "import os\nos.makedirs('/tmp/s', exist_ok=True)\nfor i in range(3000): open(f'/tmp/s/{i}', 'a').close()\nwhile True:\n    for i in range(3000): open(f'/tmp/s/{i}').close()\n";
+    await sandbox.writeFile("/tmp/spin.py", spin);
+    expect((await sandbox.exec({ shell: "rm -rf /tmp/s; for i in 1 2; do setsid python3 /tmp/spin.py >/dev/null 2>&1 & done" })).exitCode).toBe(0);
+    try {
+      expect(await until(async () => (await sandbox.exec(["test", "-e", "/tmp/s/2999"], { user: "0" })).exitCode === 0, 30_000)).toBe(true);
+      const audit = await sandbox.auditFiles();
+      expect((await sandbox.exec(["cat", "/etc/hostname"], { user: "0" })).exitCode).toBe(0);
+      const report = await audit.stop();
+      expect(report.problems).toEqual([]);
+      const spinners = report.processes.filter((p) => did(report, p, "open", "/tmp/s/0"));
+      expect(spinners.length).toBeGreaterThan(0);
+      for (const spinner of spinners) expect(spinner.origin).toBe("before");
+      // Docker bind-mounts /etc/hostname from the host: another filesystem, not audited.
+      expect(report.accesses.some((a) => a.path === "/etc/hostname")).toBe(false);
+    } finally {
+      await sandbox.exec({ shell: "pkill -f /tmp/spin.py; true" }, { user: "0" });
+    }
+  });
+
   it("says the report is incomplete when the container restarted during the audit", async () => {
     const audit = await sandbox.auditFiles();
     await sandbox.killAll();
