@@ -1,6 +1,7 @@
 export { DockerRuntime, DEFAULT_PIDS_LIMIT, DEFAULT_WARM_POOL, DROPPED_CAPABILITIES, POOLED_LABEL } from "./runtime";
 export type { DockerRuntimeOptions } from "./runtime";
 export { DockerSandbox } from "./sandbox";
+export { FileAuditError } from "./file-audit";
 export { BUILD_REPOSITORY, ImageBuildLimitError } from "./image";
 export { buildContextBytes, buildImageWithLimits } from "./limited-build";
 export type { ImageBuildLimits } from "./limited-build";

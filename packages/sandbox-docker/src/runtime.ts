@@ -13,6 +13,7 @@ import {
   type ContainerSettings,
   type ImageRequest,
   type Sandbox,
+  type SandboxCapabilities,
   type SandboxCreateOptions,
   type SandboxRuntime,
 } from "@proctor/sandbox";
@@ -22,7 +23,7 @@ import { ImageResolver } from "./image";
 import { currentOwnerLabel, ownerIsGone, parseOwner } from "./owner";
 import { WarmPool } from "./pool";
 import { DockerSandbox } from "./sandbox";
-import { DOCKER_CAPABILITIES } from "./capabilities";
+import { dockerCapabilities } from "./capabilities";
 import { READY, SETUP_FAILED, startAndWaitReady } from "./ready";
 import { CHANNEL_DIR, CHANNEL_LOOP, CHANNEL_TEMP_PREFIX, ExecChannel } from "./channel";
 import { watchOwner } from "./watchdog";
@@ -150,7 +151,7 @@ const DEFAULT_LIFETIME_STEP_MS = 60_000;
  */
 export class DockerRuntime implements SandboxRuntime {
   readonly name = "docker";
-  readonly capabilities = DOCKER_CAPABILITIES;
+  readonly capabilities: SandboxCapabilities;
   private toolchainVolume: Promise<string> | undefined;
   private readonly lifetimeStepMs: number;
   private readonly watchdog: boolean;
@@ -170,6 +171,7 @@ export class DockerRuntime implements SandboxRuntime {
 
   constructor(options: DockerRuntimeOptions = {}) {
     this.docker = options.docker ?? new Dockerode();
+    this.capabilities = dockerCapabilities(this.docker.modem);
     this.logger = options.logger ?? silentLogger;
     this.ownerId = options.ownerId ?? currentOwnerLabel();
     this.lifetimeStepMs = options.lifetimeStepMs ?? DEFAULT_LIFETIME_STEP_MS;

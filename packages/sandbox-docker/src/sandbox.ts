@@ -23,8 +23,10 @@ import {
   type ExecCommand,
   type ExecOptions,
   type ExecResult,
+  type FileAudit,
   type FileChange,
   type Sandbox,
+  type SandboxCapabilities,
   type SandboxProcess,
 } from "@proctor/sandbox";
 import type { Logger } from "@proctor/schema";
@@ -37,7 +39,8 @@ import { overlayLayersOf, readOverlayChanges, type OverlayLayers } from "./overl
 import { ChangesFastPath, type NoFastPath } from "./fast-path";
 import { startAndWaitReady } from "./ready";
 import { upperOnlyPath } from "./upper-read";
-import { DOCKER_CAPABILITIES } from "./capabilities";
+import { dockerCapabilities } from "./capabilities";
+import { FileAuditError, fileAuditSupport, startFileAudit } from "./file-audit";
 import { TRUSTED_BUSYBOX } from "./toolchain";
 import type { ExecChannel } from "./channel";
 
@@ -119,7 +122,7 @@ const STOPPED_EXEC = /cannot exec in a stopped (state|container)/;
 /** A running Docker container driven through the Engine API. Create it with DockerRuntime.create. */
 export class DockerSandbox implements Sandbox {
   readonly runtime = "docker";
-  readonly capabilities = DOCKER_CAPABILITIES;
+  readonly capabilities: SandboxCapabilities;
   readonly trustedTools: readonly string[] = [TRUSTED_BUSYBOX];
   readonly adminUser = "0";
   /** Pid of the container's keep-alive (set by the runtime once the container reported ready). */
@@ -151,6 +154,7 @@ export class DockerSandbox implements Sandbox {
     private readonly fastPath: ChangesFastPath = new ChangesFastPath("auto", logger),
   ) {
     if (channel) this.onKill(() => void channel.close());
+    this.capabilities = dockerCapabilities(container.modem);
   }
 
   /** True while execs without a `user` go through the resident channel rather than `docker exec`. */
@@ -557,6 +561,45 @@ export class DockerSandbox implements Sandbox {
       throw new SandboxError(`listing the processes in container ${this.id} failed (exit ${result.exitCode}${result.truncated ? ", output cut" : ""}): ${result.stderr.slice(-300)}`);
     }
     return parseProcessListing(result.stdout, this.keepAlivePid);
+  }
+
+  /**
+   * Watches the container's root filesystem from the host (see file-audit.ts) until the audit's
+   * stop(). A kill() ends it too; stop() it first, as a report whose container stopped and then
+   * restarted, or was removed, cannot be complete.
+   */
+  async auditFiles(): Promise<FileAudit> {
+    this.assertOpen("auditFiles");
+    const support = fileAuditSupport(this.container.modem);
+    if (support.helper === undefined) throw new FileAuditError(`auditFiles: ${support.reason}`);
+    const info = await this.container.inspect().catch((error: unknown) => {
+      throw this.failure("inspecting the container", error);
+    });
+    this.learn(info);
+    if (!info.State.Running) throw this.stopped("auditFiles");
+    const driver = info.GraphDriver as { Name?: string; Data?: Record<string, string> | null };
+    const mergedDir = driver.Name === "overlay2" ? driver.Data?.MergedDir : undefined;
+    if (mergedDir === undefined) throw new FileAuditError(`auditFiles: container ${this.id} uses the ${info.GraphDriver.Name} storage driver; file audit needs overlay2`);
+    if ((await containerCgroupDir(info.State.Pid, info.Id, "pids").catch(() => null)) === null) {
+      throw new FileAuditError(`auditFiles: the processes of container ${this.id} are not visible on this host (the daemon runs in a VM or on another machine)`);
+    }
+    const { Pid: pid, StartedAt: startedAt } = info.State;
+    const audit = await startFileAudit(support.helper, {
+      initPid: pid,
+      mergedDir,
+      checkContainer: async (running) => {
+        const now = await this.container.inspect().catch((error: unknown) => {
+          if (statusCode(error) === 404) return null;
+          throw error;
+        });
+        if (now === null) return "the container was removed before the audit stopped: whether it restarted meanwhile is unknown";
+        if (now.State.StartedAt !== startedAt) return "the container restarted during the audit: its new root filesystem was not watched";
+        if (running && !(now.State.Running && now.State.Pid === pid)) return "the container stopped as the audit began";
+        return null;
+      },
+    });
+    this.onKill(() => audit.release());
+    return audit;
   }
 
   /**

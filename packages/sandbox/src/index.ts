@@ -1,5 +1,6 @@
 export type {
   ExecCommand, ExecOptions, ExecResult, SandboxCreateOptions, SandboxMount, ContainerSettings, ImageRequest, ImageBuildUpdate, Sandbox, SandboxRuntime, SandboxCapabilities, FileChange, SandboxProcess, DownloadOptions, DownloadReport,
+  FileAudit, FileAuditReport, FileAuditProcess, FileAccess,
 } from "./types";
 export { SANDBOX_PATHS, SANDBOX_PATH_ENV, LABELS } from "./types";
 export {

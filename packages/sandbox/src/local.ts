@@ -289,6 +289,7 @@ function currentUserNames(): Set<string> {
  */
 export const LOCAL_CAPABILITIES = Object.freeze({
   killAll: false, changes: false, trustedTools: false, files: false, network: false, diskUsage: false, processes: false, joinNetwork: false,
+  fileAudit: false, fileAuditUnavailable: "the local runtime runs sandboxes as host processes: it has no file audit",
 });
 
 export class LocalSandbox implements Sandbox {

@@ -123,6 +123,108 @@ export interface SandboxCapabilities {
   readonly processes: boolean;
   /** `create({ joinNetworkOf })` shares another sandbox's network namespace. */
   readonly joinNetwork: boolean;
+  /**
+   * `auditFiles()` works here: the runtime sees, from outside the sandbox, which files the
+   * sandbox's processes open, execute and write, and which process did it. Depends on the host
+   * (Docker: Linux, root, a local daemon, fanotify, a C compiler), so it is false on many.
+   */
+  readonly fileAudit: boolean;
+  /** When fileAudit is false: why, in one line a user can act on. */
+  readonly fileAuditUnavailable?: string;
+}
+
+/**
+ * A file audit in progress (`Sandbox.auditFiles()`). The sandbox runs as usual meanwhile; call
+ * `stop()` before the sandbox is halted, restarted or killed.
+ */
+export interface FileAudit extends AsyncDisposable {
+  /** Ends the audit and says what it saw; every call returns the same report. */
+  stop(): Promise<FileAuditReport>;
+}
+
+/**
+ * What a file audit saw, as raw facts (no judgement). Only the sandbox's root filesystem is
+ * audited; mounts (volumes, bind mounts such as the trusted toolchain) are not.
+ */
+export interface FileAuditReport {
+  /** Every process alive when the audit started, and every other one that made an access. */
+  processes: FileAuditProcess[];
+  /** Accesses, one per (process, kind, path), in the order first seen. */
+  accesses: FileAccess[];
+  /**
+   * True when every access the kernel reported was received and named, and the sandbox did not
+   * restart during the audit. A policy must not trust an incomplete report.
+   */
+  complete: boolean;
+  /** Why the report is incomplete, one line each; empty when complete. */
+  problems: string[];
+  counts: {
+    /** Events the kernel delivered. */
+    events: number;
+    /** Events whose file could not be named (the kernel could not open it for the audit). */
+    unnamed: number;
+    /**
+     * Events of a pid that may have passed to another process since it was last seen alive; each
+     * went to a new `gone` process. They do not make the report incomplete (no access was lost),
+     * but their process is unknown.
+     */
+    ambiguous: number;
+    /** Times the kernel's event queue overflowed and dropped events. */
+    overflows: number;
+  };
+  durationMs: number;
+}
+
+/** A process seen by a file audit. Pids are host pids; `id` is unique in the report (a pid number may be reused). */
+export interface FileAuditProcess {
+  id: number;
+  pid: number;
+  /** Its pid inside the sandbox; null for a process outside it (the daemon copying files) or a `gone` one. */
+  containerPid: number | null;
+  /**
+   * `before`: alive when the audit started. `new`: started during the audit, read while alive
+   * (at its first exec, or at its first access when it never exec'd). `gone`: it had exited by
+   * the time its first access was read, or its pid was ambiguous: nothing but the pid is known.
+   */
+  origin: "before" | "new" | "gone";
+  /** Host pid of its parent when it was read (at its exec, for one that exec'd); null when gone. */
+  ppid: number | null;
+  /**
+   * The parent's `id`, when the parent is a process in the sandbox; null when it started from
+   * outside the sandbox (a runtime exec, i.e. Proctor's own commands) or is unknown.
+   */
+  parentId: number | null;
+  /**
+   * True for a `new` process whose parent was the sandbox's init, which adopts orphans: whoever
+   * started it had already exited, so its real ancestry is lost (parentId names the init).
+   */
+  orphaned: boolean;
+  /**
+   * Sandbox path of the program it ran when first read: the file it exec'd, for one first read
+   * at its exec; else its /proc/<pid>/exe then (a fork that never exec'd runs its parent's
+   * program; one started by `docker exec` is first read as the runtime's `runc init`). Null when
+   * unknown (gone, or exited but not yet reaped when read). Every file it exec'd during the audit
+   * is an `exec` access, in order.
+   */
+  executable: string | null;
+}
+
+/** One file access. */
+export interface FileAccess {
+  /**
+   * Sandbox path of the file itself (links resolved), as the kernel named it when the audit read
+   * the event (usually within milliseconds): a file renamed or deleted meanwhile shows its new
+   * name, or ends in " (deleted)".
+   * Processes outside the sandbox show host paths. Bytes that are not UTF-8 read as U+FFFD.
+   */
+  path: string;
+  /** The FileAuditProcess `id`. */
+  processId: number;
+  /**
+   * `open`: opened (for reading or writing); `exec`: opened to run it (a program, a script's
+   * interpreter, the ELF loader); `write`: modified, or closed after being opened for writing.
+   */
+  kind: "open" | "exec" | "write";
 }
 
 /** A process found in the sandbox by `Sandbox.processes()`. */
@@ -247,6 +349,11 @@ export interface Sandbox extends AsyncDisposable {
   diskUsageBytes?(): Promise<number>;
   /** capabilities.processes: every live process but the runtime's own and this call's. */
   processes?(): Promise<SandboxProcess[]>;
+  /**
+   * capabilities.fileAudit: starts recording which files the sandbox's processes open, execute
+   * and write (its root filesystem only); resolves once recording. Throws when it cannot start.
+   */
+  auditFiles?(): Promise<FileAudit>;
   /**
    * How many times the kernel's OOM killer has killed a process in the sandbox (its memory
    * limit was reached); for a stopped sandbox, 1 when that is why it stopped.
