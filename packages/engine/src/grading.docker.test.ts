@@ -251,16 +251,27 @@ EOF`, "sh", source]);
     expect(strict["pytest-answer"], `${name} strict`).toMatchObject({ status: "failed", reward: 0 });
   }, 600_000);
 
-  test.each(SYSTEM_ATTACKS)("%s in the agent's own sandbox (--grading shared): never a clean pass", async (name) => {
+  test.each(SYSTEM_ATTACKS)("%s in the agent's own sandbox (--grading shared): the file audit finds it (tampered, reward 0)", async (name) => {
     const results = await attack(name, ["pytest-answer"], { grading: "shared" });
     const result = results["pytest-answer"];
     if (HARDENED.includes(name)) {
-      // The verifier's hardened environment (Proctor's HOME, no user site) ignores these wherever it runs.
-      expect(result, name).toMatchObject({ status: "failed", reward: 0 });
+      // The verifier's hardened environment (Proctor's HOME, no user site) never loads these.
+      expect(result, name).toMatchObject({ status: "failed", reward: 0, integrity: { grading: { mode: "shared", audited: true } } });
       return;
     }
-    // The reproducer is real: in the agent's sandbox it rewires the verifier, and the pass is flagged.
-    expect(result, name).toMatchObject({ status: "passed", integrity: { flagged: true, grading: { mode: "shared" } } });
+    expect(result, name).toMatchObject({ status: "error", reward: 0, error: { kind: "agent" }, integrity: { grading: { mode: "shared", audited: true } } });
+    expect(result?.error?.message, name).toMatch(/^tampered: \//);
+  }, 600_000);
+
+  test("honest agents pass clean in their own sandbox too: the audit finds nothing of theirs the verifier loaded", async () => {
+    const ids = ["pytest-answer", "pytest-cwd", "service", "checks-answer"];
+    const handle = run("oracle-shared", { tasks: ids.map((id) => tasks[id] as TaskSpec), agent: { kind: "oracle" }, grading: "shared" });
+    await handle.done;
+    const results = byTask(await readResultsFile(handle.runDir));
+    for (const id of ids) {
+      expect(results[id]?.error, id).toBeNull();
+      expect(results[id], id).toMatchObject({ status: "passed", reward: 1, integrity: { flagged: false, tampered: [], grading: { mode: "shared", audited: true } } });
+    }
   }, 600_000);
 
   test("a module in the workdir shadowing one pytest imports is not imported by the verifier's Python (no cwd on sys.path)", async () => {

@@ -54,7 +54,8 @@ test("the engine runs an Agent object and a SandboxRuntime object a library user
   const summary = await handle.done;
   expect(summary.trials).toMatchObject({ total: 2, passed: 2 });
   expect(agent.runs).toBe(2);
-  expect(runtime.created).toBe(2);
+  // Each trial: the agent's sandbox, then a fresh one for its grading.
+  expect(runtime.created).toBe(4);
   const [result] = await readResultsFile(handle.runDir);
   expect(result?.agent).toMatchObject({ name: "touch-agent", model: "scripted", usage: { inputTokens: 3, outputTokens: 2, requests: 1, retries: 0 } });
   const config = JSON.parse(await readFile(join(handle.runDir, "run.json"), "utf8"));
@@ -101,7 +102,8 @@ test("the runtime's own OOM check is over before the agent's leftover processes 
   const summary = await handle.done;
   expect(summary.trials).toMatchObject({ total: 1, passed: 1 });
   const [result] = await readResultsFile(handle.runDir);
-  expect(result?.integrity).toMatchObject({ isolation: "shared", survivors: [], flagged: false });
+  // No survivor: the agent's sandbox is halted and the grader's has nothing of the agent running.
+  expect(result?.integrity).toMatchObject({ isolation: "isolated", survivors: [], flagged: false });
 });
 
 /**
@@ -155,7 +157,7 @@ test("with trusted tools the launcher empties /logs/verifier and /tests and unpa
 });
 
 test.each([
-  ["rm", /could not empty \/logs\/verifier and \/tests before verifying \(exit 97\): broken\nproctor: could not empty /],
+  ["rm", /^removing \/app in the grader's sandbox failed \(exit 1\): broken$/],
   ["tar", /could not unpack \S+ into \/tests before verifying \(exit 98\): broken\nproctor: unpacking the tests into /],
 ])("a launcher whose %s fails ends the trial as a verifier error that says so, with no reward", async (tool, expected) => {
   const stubs = join(root.path, `stubs-${tool}`);

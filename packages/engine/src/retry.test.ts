@@ -68,7 +68,8 @@ test("a sandbox start failure is retried with backoff on the injected clock, the
   handle.bus.subscribe((e) => void (e.type === "trial_retry" && retries.push(e.data.delayMs)));
   const summary = await handle.done;
   expect(summary.trials.passed).toBe(1);
-  expect(runtime.calls).toBe(3);
+  // Two failed starts, the agent's sandbox, and the grader's.
+  expect(runtime.calls).toBe(4);
   expect(retries).toHaveLength(2);
   expect(retries[1]).toBeGreaterThan(1000); // the second wait is longer: 2000 ms with jitter in [1000, 2000]
   const [result] = await readResultsFile(handle.runDir);

@@ -88,9 +88,10 @@ describe.skipIf(!haveDocker)("engine on Docker", () => {
     const [lingered] = await readResultsFile(linger.runDir);
     expect(lingered).toMatchObject({ status: "failed", reward: 0, agent: { timedOut: true } });
     // ...but a job that left its session stays alive through verification (as in Harbor: tests may
-    // need services the agent started); it is listed, and the pass it made is flagged.
+    // need services the agent started), is listed, and the grader shares its network. Its work
+    // counts when it was done by the time the outputs were taken (here: as the agent's time ended).
     const [escaped] = await readResultsFile(escape.runDir);
-    expect(escaped).toMatchObject({ status: "passed", agent: { timedOut: true }, integrity: { isolation: "shared", flagged: true } });
+    expect(escaped).toMatchObject({ status: "passed", agent: { timedOut: true }, integrity: { isolation: "shared", flagged: false, grading: { mode: "fresh", joinedNetwork: true } } });
     expect(escaped?.integrity?.survivors.length).toBeGreaterThan(0);
     // Strict isolation ends it as soon as the agent's time is up: its late work (6 s after the
     // agent's end, well within the 12 s this verifier waits) never happens.
@@ -100,8 +101,11 @@ describe.skipIf(!haveDocker)("engine on Docker", () => {
     await Promise.all([isolated.done, shared.done]);
     const [strict] = await readResultsFile(isolated.runDir);
     expect(strict).toMatchObject({ status: "failed", reward: 0, integrity: { isolation: "isolated", survivors: [] } });
+    // Without strict isolation the job lives on, but its late work is not in the outputs the
+    // grader was given when the agent's time ended: it never reaches the tests.
     const [sharedResult] = await readResultsFile(shared.runDir);
-    expect(sharedResult).toMatchObject({ status: "passed", integrity: { isolation: "shared", flagged: true } });
+    expect(sharedResult).toMatchObject({ status: "failed", reward: 0, integrity: { isolation: "shared", grading: { joinedNetwork: true } } });
+    expect(sharedResult?.integrity?.survivors.length).toBeGreaterThan(0);
 
     const [echoed] = await readResultsFile(echo.runDir);
     expect(echoed).toMatchObject({ status: "passed", reward: 1 });
@@ -118,16 +122,23 @@ describe.skipIf(!haveDocker)("engine on Docker", () => {
     expect(result?.error?.message).toMatch(/the verifier wrote no reward/);
   });
 
-  test("an agent that kills its own sandbox gets an agent error, not a retry or a pass, and leaves nothing", async () => {
+  test("an agent that kills its own sandbox is graded on what it left (a fail here), not retried, and leaves nothing", async () => {
     const killer = await writeAgent(root.path, "killer", SANDBOX_KILLER);
     const handle = run("killer", { tasks: adversarial.filter((t) => t.id === "needs-work"), agent: { kind: "code", dir: killer } });
     const retries: string[] = [];
     handle.bus.subscribe((e) => void (e.type === "trial_retry" && retries.push(e.trialId)));
     await handle.done;
     const [result] = await readResultsFile(handle.runDir);
-    expect(result).toMatchObject({ status: "error", reward: null, retries: 0, error: { kind: "agent" } });
-    expect(result?.error?.message).toContain("the sandbox stopped during the agent's run");
+    // The stopped sandbox still holds the agent's files: they are graded fresh like any others.
+    expect(result).toMatchObject({ status: "failed", reward: 0, retries: 0, error: null, integrity: { grading: { mode: "fresh" } } });
     expect(retries).toEqual([]);
+    // In its own sandbox the verifier cannot run at all: the agent's error.
+    const shared = run("killer-shared", { tasks: adversarial.filter((t) => t.id === "needs-work"), agent: { kind: "code", dir: killer }, grading: "shared" });
+    await shared.done;
+    const [inPlace] = await readResultsFile(shared.runDir);
+    expect(inPlace).toMatchObject({ status: "error", reward: null, retries: 0, error: { kind: "agent" } });
+    expect(inPlace?.error?.message).toContain("the sandbox stopped during the agent's run");
+    expect(containersOf(shared.runId)).toEqual([]);
     expect(containersOf(handle.runId)).toEqual([]);
   });
 

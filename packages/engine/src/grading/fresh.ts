@@ -72,6 +72,11 @@ export async function releaseOutputs(captured: CapturedOutputs | null): Promise<
   if (captured) await rm(captured.dir, { recursive: true, force: true });
 }
 
+/** The grader's sandbox could not be prepared with its own trusted tools: a `verifier` error. */
+export class GraderError extends Error {
+  override name = "GraderError";
+}
+
 /** The agent's outputs went past OUTPUTS_MAX_BYTES. */
 export class OutputsTooLargeError extends Error {
   override name = "OutputsTooLargeError";
@@ -119,7 +124,7 @@ async function removeIn(grader: Sandbox, paths: readonly string[], signal: Abort
   if (paths.length === 0) return;
   const result = await grader.exec(trusted(grader, 'for p in "$@"; do rm -rf -- "$p" || exit 1; done', paths.map(fromRoot)), { ...adminOptions(grader), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal });
   throwIfAborted(signal);
-  if (result.exitCode !== 0) throw new Error(`removing ${paths.slice(0, 3).join(", ")} in the grader's sandbox failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
+  if (result.exitCode !== 0) throw new GraderError(`removing ${paths.slice(0, 3).join(", ")} in the grader's sandbox failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
 }
 
 /** Puts a staged entry (file, directory or link) at `path` in the grader; a staged link becomes a link with the same target. */
@@ -129,7 +134,7 @@ async function placeStaged(grader: Sandbox, staged: string, path: string, signal
     // upload() would read through a host link: recreate it instead, never following it.
     const target = await readlink(staged);
     const made = await grader.exec(trusted(grader, 'mkdir -p "$(dirname "$2")" && ln -s -- "$1" "$2"', [target, fromRoot(path)]), { ...adminOptions(grader), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal });
-    if (made.exitCode !== 0) throw new Error(`recreating the link ${path} in the grader's sandbox failed: ${tail(made.stderr)}`);
+    if (made.exitCode !== 0) throw new GraderError(`recreating the link ${path} in the grader's sandbox failed: ${tail(made.stderr)}`);
     return;
   }
   await grader.upload(staged, path);

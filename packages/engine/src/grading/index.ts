@@ -1,15 +1,16 @@
-import { SandboxLostError, type Sandbox, type SandboxProcess } from "@proctor/sandbox";
+import { SandboxLostError, type FileAudit, type FileChange, type Sandbox, type SandboxProcess } from "@proctor/sandbox";
 import type { GradingRecord, Integrity, TrialError } from "@proctor/schema";
 import { gradeSwebench } from "../swebench/grade";
-import { effectiveLimits, isolates, message, type SandboxAttempt } from "../trial/context";
+import { HOUSEKEEPING_MS, effectiveLimits, isolates, message, type SandboxAttempt } from "../trial/context";
+import { judgeAudit } from "./audit-policy";
 import { captureOutputs, placeOutputs, releaseOutputs, startGraderSandbox, type CapturedOutputs } from "./fresh";
 import { runVerifier, rewardChangedAfterRead, type RewardRead } from "./launcher";
 import { planGrading, type GradingMode, type GradingPlan } from "./plan";
-import { asStopped, assertRunning } from "./sandbox-tools";
+import { adminOptions, asStopped, assertRunning, trusted } from "./sandbox-tools";
 
 export { planGrading, pathsNamedByTests } from "./plan";
 export type { GradingMode, GradingPlan } from "./plan";
-export { OutputsTooLargeError, OUTPUTS_TEMP_PREFIX } from "./fresh";
+export { GraderError, OutputsTooLargeError, OUTPUTS_TEMP_PREFIX } from "./fresh";
 
 /**
  * Grading one trial, after its agent: the one interface both modes implement. The trial calls
@@ -190,8 +191,11 @@ class FreshGrading extends BaseGrading {
   }
 }
 
-/** Shared grading: the verifier runs in the agent's own sandbox. */
+/** Shared grading: the verifier runs in the agent's own sandbox, its file accesses audited from the host. */
 class SharedGrading extends BaseGrading {
+  private audit: FileAudit | null = null;
+  private changesBefore: FileChange[] = [];
+
   async outputs(): Promise<void> {
     const { sandbox, task, env, state } = this.attempt;
     await assertRunning(sandbox);
@@ -213,19 +217,54 @@ class SharedGrading extends BaseGrading {
   }
 
   async prepare(): Promise<boolean> {
-    this.verifierSandbox = this.attempt.sandbox;
+    const { sandbox } = this.attempt;
+    this.verifierSandbox = sandbox;
     if (this.attempt.state.errors.some((e) => e.message.startsWith("strict isolation failed"))) return false;
-    this.flag("graded in the agent's own sandbox without an audit of the files the verifier loaded");
+    const caps = sandbox.capabilities;
+    if (!caps.fileAudit || !sandbox.auditFiles || !caps.changes || !sandbox.changes) {
+      this.flag(`graded in the agent's own sandbox without an audit of the files the verifier loaded (${caps.fileAuditUnavailable ?? `the ${sandbox.runtime} runtime cannot audit`})`);
+      return true;
+    }
+    this.changesBefore = await sandbox.changes();
+    this.audit = await sandbox.auditFiles();
     return true;
   }
 
   async verify(): Promise<void> {
-    const { sandbox, signal } = this.attempt;
-    await asStopped(sandbox, signal, () => this.runTests(sandbox));
+    const { sandbox, signal, task } = this.attempt;
+    try {
+      await asStopped(sandbox, signal, () => this.runTests(sandbox));
+    } finally {
+      if (this.audit) await this.judge(this.audit, task.verifier.allowChanges);
+    }
     this.blameSurvivors();
   }
 
-  async dispose(): Promise<void> {}
+  /** Applies the audit policy (audit-policy.ts) to what the verifier's processes loaded. */
+  private async judge(audit: FileAudit, allowed: readonly string[]): Promise<void> {
+    this.audit = null;
+    const { sandbox } = this.attempt;
+    const report = await audit.stop();
+    const verdict = await judgeAudit({
+      report,
+      changes: this.changesBefore,
+      outputs: this.plan.outputs,
+      allowed,
+      exists: async (paths) => {
+        const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do [ -e "$p" ] && echo "$p"; done; exit 0', paths), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
+        return new Set(result.stdout.split("\n").filter(Boolean));
+      },
+    });
+    this.record.audited = verdict.untrusted === null;
+    if (verdict.untrusted) this.flag(verdict.untrusted);
+    if (verdict.tampered.length > 0) this.tampered(verdict.tampered);
+  }
+
+  async dispose(): Promise<void> {
+    const audit = this.audit;
+    this.audit = null;
+    await audit?.stop().catch(() => undefined);
+  }
 }
 
 /** A reward file that changed after the verifier's exec read it was rewritten by someone else. */
