@@ -304,6 +304,25 @@ EOF`, "sh", source]);
     expect(results["port-check"]?.error?.message).toMatch(/agent process\(es\) alive during verification/);
   }, 600_000);
 
+  test("a solution that installs a Debian package the tests run: graded fresh it fails and the result says what was left out; a task asking for shared grading passes clean", async () => {
+    const apt = (grading: string): FixtureTask => ({
+      toml: `[agent]\ntimeout_sec = 300\n[verifier]\ntimeout_sec = 60\n${grading}[environment]\nallow_internet = true\n`,
+      instruction: "Install jq.",
+      test: "mkdir -p /logs/verifier; if echo '{\"a\": 42}' | jq -e '.a == 42' >/dev/null; then echo 1; else echo 0; fi > /logs/verifier/reward.txt",
+      solve: "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq --no-install-recommends jq >/dev/null",
+    });
+    const dir = await writeTasks(join(root.path, "apt-tasks"), { "apt-fresh": apt(""), "apt-shared": apt('grading = "shared"\n') });
+    const loaded = await loadTasks([dir]);
+    const handle = run("apt", { tasks: loaded.tasks, agent: { kind: "oracle" } });
+    await handle.done;
+    const results = byTask(await readResultsFile(handle.runDir));
+    expect(results["apt-fresh"]).toMatchObject({ status: "failed", reward: 0, integrity: { grading: { mode: "fresh" } } });
+    expect(results["apt-fresh"]?.integrity?.note).toMatch(/^graded with only \/app: the agent also changed .*\/usr\/bin\/jq.*declare them in \[verifier\] outputs or set \[verifier\] grading = "shared"/);
+    // apt-get changed the loader cache and dpkg's state too: neither is held against it.
+    expect(results["apt-shared"]?.error).toBeNull();
+    expect(results["apt-shared"]).toMatchObject({ status: "passed", reward: 1, integrity: { flagged: false, tampered: [], grading: { mode: "shared", audited: true } } });
+  }, 600_000);
+
   test("an agent killed by the OOM killer is an agent error that says 'out of memory'", async () => {
     const agent = await writeAgent(root.path, "hog", "python3 -c 'x = bytearray(1024 * 1024 * 1024)'; echo survived");
     const base = tasks["pytest-answer"] as TaskSpec;

@@ -83,6 +83,9 @@ export function trialReason(r: TrialResult): string {
   else if (r.agent?.exitCode !== null && r.agent?.exitCode !== undefined && r.agent.exitCode !== 0) parts.push(`agent exit code ${r.agent.exitCode}`);
   const failedChecks = (r.checks ?? []).filter((c) => !c.passed).map((c) => (c.timedOut ? `${c.name} (timed out)` : c.name));
   if (failedChecks.length > 0) parts.push(`failed checks: ${failedChecks.join(", ")}`);
+  // A fail graded without files the agent changed elsewhere: say so, it may be why.
+  const note = r.integrity?.note;
+  if (r.status === "failed" && note?.startsWith("graded with only ")) parts.push(note);
   return parts.join("; ");
 }
 

@@ -31,8 +31,11 @@ export interface AuditInput {
   outputs: readonly string[];
   /** The task's `[verifier] allow_changes` globs. */
   allowed: readonly string[];
-  /** Whether each path exists in the sandbox now (for the shadowing check); called once with every candidate. */
-  exists(paths: string[]): Promise<Set<string>>;
+  /**
+   * Each path that exists in the sandbox now, with what it resolves to (links followed: /bin is
+   * /usr/bin on most images), for the shadowing check; called once with every candidate.
+   */
+  resolve(paths: string[]): Promise<Map<string, string>>;
 }
 
 export interface AuditVerdict {
@@ -122,9 +125,10 @@ export async function judgeAudit(input: AuditInput): Promise<AuditVerdict> {
   // A new program that hides the image's one of the same name further down PATH.
   const later = [...new Set(shadowCandidates.flatMap((c) => c.shadows))];
   if (later.length > 0) {
-    const present = await input.exists(later);
-    const inImage = (p: string) => kind.get(p) === "modified" || kind.get(p) === "deleted" || (present.has(p) && kind.get(p) !== "added");
+    const present = await input.resolve(later);
     for (const c of shadowCandidates) {
+      // The same file under another name (a merged /bin) hides nothing.
+      const inImage = (p: string) => kind.get(p) === "modified" || kind.get(p) === "deleted" || (present.has(p) && present.get(p) !== c.path && kind.get(p) !== "added");
       const hidden = c.shadows.find(inImage);
       if (hidden) tampered.set(c.path, `shadows ${hidden} on PATH, run by the verifier`);
     }

@@ -1,3 +1,5 @@
+import { posix } from "node:path";
+import picomatch from "picomatch";
 import { SandboxLostError, type FileAudit, type FileChange, type Sandbox, type SandboxProcess } from "@proctor/sandbox";
 import type { GradingRecord, Integrity, TrialError } from "@proctor/schema";
 import { gradeSwebench } from "../swebench/grade";
@@ -6,6 +8,9 @@ import { judgeAudit } from "./audit-policy";
 import { captureOutputs, placeOutputs, releaseOutputs, startGraderSandbox, type CapturedOutputs } from "./fresh";
 import { runVerifier, rewardChangedAfterRead, type RewardRead } from "./launcher";
 import { planGrading, type GradingMode, type GradingPlan } from "./plan";
+
+/** Places every agent writes to that no test looks at: not worth a note when left out. */
+const SCRATCH = picomatch(["/tmp/**", "/var/tmp/**", "/root/.cache/**", "/root/.npm/**", "/var/cache/**", "/var/lib/apt/**", "/var/lib/dpkg/**", "/var/log/**", "/logs/**", "/agent/**", "/solution/**", "/tests/**", "/.proctor-channel", "/.proctor-channel/**", "/opt/proctor/**", "/run/**", "/proc/**", "/dev/**", "/etc/ld.so.cache"], { dot: true });
 import { adminOptions, asStopped, assertRunning, trusted } from "./sandbox-tools";
 
 export { planGrading, pathsNamedByTests } from "./plan";
@@ -153,11 +158,29 @@ class FreshGrading extends BaseGrading {
     }
     if (!this.joinNetworkOf && sandbox.halt) await sandbox.halt();
     else if (!this.joinNetworkOf && strict && sandbox.killAll) await sandbox.killAll();
+    await this.noteChangesLeftOut();
     this.record.joinedNetwork = this.joinNetworkOf !== null;
     // No process of the agent can reach the grader's sandbox unless it shares their network.
     this.integrity.isolation = this.joinNetworkOf ? "shared" : "isolated";
     this.captured = await captureOutputs(this.attempt, this.plan);
     if (this.captured.skipped.length > 0) this.record.skipped = this.captured.skipped.slice(0, 100).map((s) => `${s} (not a file, directory or link)`);
+  }
+
+  /**
+   * Tells the user when the agent changed files outside the outputs (a package it installed, a
+   * config in /etc): the grader does not have them, which is right for tampering and wrong for a
+   * task whose tests need them; such a task declares its outputs or asks for shared grading.
+   */
+  private async noteChangesLeftOut(): Promise<void> {
+    const { sandbox } = this.attempt;
+    if (this.plan.repository || !sandbox.capabilities.changes || !sandbox.changes) return;
+    const changes = await sandbox.changes().catch(() => []);
+    const parents = new Set(changes.map((c) => posix.dirname(c.path)));
+    const inside = (path: string) => this.plan.outputs.some((o) => path === o || path.startsWith(`${o.replace(/\/+$/, "")}/`));
+    const left = changes.filter((c) => c.kind !== "deleted" && !parents.has(c.path) && !inside(c.path) && !SCRATCH(c.path)).map((c) => c.path).sort();
+    if (left.length === 0) return;
+    const shown = left.slice(0, 3).join(", ") + (left.length > 3 ? `, ... (${left.length} in all)` : "");
+    this.note(`graded with only ${this.plan.outputs.join(", ")}: the agent also changed ${shown}, which the grader does not have; if the tests need them, declare them in [verifier] outputs or set [verifier] grading = "shared"`);
   }
 
   async prepare(): Promise<boolean> {
@@ -250,9 +273,10 @@ class SharedGrading extends BaseGrading {
       changes: this.changesBefore,
       outputs: this.plan.outputs,
       allowed,
-      exists: async (paths) => {
-        const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do [ -e "$p" ] && echo "$p"; done; exit 0', paths), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
-        return new Set(result.stdout.split("\n").filter(Boolean));
+      resolve: async (paths) => {
+        // One line per path: the path, a tab, what it resolves to (nothing for a missing one).
+        const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do if [ -e "$p" ]; then printf "%s\\t%s\\n" "$p" "$(readlink -f "$p")"; fi; done; exit 0', paths), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
+        return new Map(result.stdout.split("\n").filter(Boolean).map((line) => line.split("\t") as [string, string]));
       },
     });
     this.record.audited = verdict.untrusted === null;
