@@ -247,6 +247,8 @@ EOF`, "sh", source]);
     const ids = name === "iniconfig-atexit" || name === "replace-timeout" ? ["pytest-answer", "checks-answer"] : ["pytest-answer", "checks-answer", "calc-mul"];
     const results = await attack(name, ids);
     for (const id of ids) expect(results[id], `${name} on ${id}`).toMatchObject({ status: "failed", reward: 0, integrity: { grading: { mode: "fresh" } } });
+    // With every agent process ended first the grader is the same: a few classes are enough to show it.
+    if (!["site-pytest-package", "ld-so-preload", "replace-timeout"].includes(name)) return;
     const strict = await attack(name, ["pytest-answer"], { isolateVerifier: true });
     expect(strict["pytest-answer"], `${name} strict`).toMatchObject({ status: "failed", reward: 0 });
   }, 600_000);
