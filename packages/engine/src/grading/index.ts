@@ -8,7 +8,6 @@ import { judgeAudit } from "./audit-policy";
 import { captureOutputs, placeOutputs, releaseOutputs, startGraderSandbox, type CapturedOutputs } from "./fresh";
 import { runVerifier, rewardChangedAfterRead, type RewardRead } from "./launcher";
 import { planGrading, type GradingMode, type GradingPlan } from "./plan";
-
 import { adminOptions, asStopped, assertRunning, trusted } from "./sandbox-tools";
 
 /** Places every agent writes to that no test looks at: not worth a note when left out. */
