@@ -11,3 +11,5 @@ export { currentOwnerLabel, parseOwner } from "./owner";
 export type { Owner } from "./owner";
 export { ContainerSettingsError, PRIVILEGED_CONSENT_ENV, parseContainerConfig } from "./container-config";
 export type { ContainerConfig } from "./container-config";
+export { DaemonPaths, detectDaemonPaths } from "./daemon-paths";
+export type { ContainerMount } from "./daemon-paths";
