@@ -43,7 +43,8 @@ async function freePort(): Promise<number> {
   });
 }
 
-async function until<T>(what: string, check: () => Promise<T | null | false>, timeoutMs = 240_000): Promise<T> {
+async function until<T>(what: string, check: () => Promise<T | null | false>, timeoutMs = 600_000): Promise<T> {
+  process.stderr.write(`deploy test: waiting for ${what}\n`);
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check().catch(() => null);
@@ -103,7 +104,7 @@ interface WorkerView {
   finished_trials: number;
 }
 const workers = async (): Promise<WorkerView[]> =>
-  ((await (await fetch(`${base}/v1/workers`, { headers: { authorization: `Bearer ${workerToken}` } })).json()) as { workers: WorkerView[] }).workers;
+  ((await (await fetch(`${base}/v1/workers`, { headers: { authorization: `Bearer ${workerToken}` }, signal: AbortSignal.timeout(5000) })).json()) as { workers: WorkerView[] }).workers;
 
 describe.skipIf(!haveDocker)("deploy/compose.yaml", () => {
   beforeAll(async () => {
@@ -126,10 +127,11 @@ describe.skipIf(!haveDocker)("deploy/compose.yaml", () => {
     }
   });
 
-  test("server + Redis + 2 workers: a submitted batch is graded by both, survives a worker restart, and down leaves nothing", async () => {
+  // A hang guard, not a speed check: eight trials in containers on a loaded 2-core machine.
+  test("server + Redis + 2 workers: a submitted batch is graded by both, survives a worker restart, and down leaves nothing", { timeout: 900_000 }, async () => {
     const archive = await submission();
     compose(["up", "-d", "--scale", "worker=2"]);
-    const health = await until("the server's /health", async () => ((await fetch(`${base}/health`)).ok ? true : null));
+    const health = await until("the server's /health", async () => ((await fetch(`${base}/health`, { signal: AbortSignal.timeout(5000) })).ok ? true : null));
     expect(health).toBe(true);
     await until("two workers on the queue", async () => (await workers()).length === 2);
 
