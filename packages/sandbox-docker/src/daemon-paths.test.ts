@@ -43,7 +43,7 @@ describe.skipIf(!run)("sandboxes started from inside a container of the daemon",
         Mounts: [
           { Type: "bind", Source: root, Target: "/proctor-test-bound" },
           { Type: "volume", Source: volume, Target: "/proctor-test-volume" },
-          { Type: "tmpfs", Target: "/proctor-test-tmpfs" },
+          { Type: "tmpfs", Source: "", Target: "/proctor-test-tmpfs" },
         ],
       },
     });
@@ -52,7 +52,7 @@ describe.skipIf(!run)("sandboxes started from inside a container of the daemon",
     const stream = await exec.start({ hijack: true, stdin: false });
     const chunks: Buffer[] = [];
     await new Promise<void>((resolve, reject) => {
-      docker.modem.demuxStream(stream, { write: (c: Buffer) => chunks.push(c) } as NodeJS.WritableStream, process.stderr);
+      docker.modem.demuxStream(stream, { write: (c: Buffer) => chunks.push(c) } as unknown as NodeJS.WritableStream, process.stderr);
       stream.on("end", () => resolve());
       stream.on("error", reject);
     });
