@@ -117,7 +117,7 @@ describe.skipIf(!haveDocker)("deploy/compose.yaml", () => {
     const env = { ...process.env, PROCTOR_PORT: String(port), PROCTOR_TOKENS: userToken, PROCTOR_WORKER_TOKEN: workerToken, PROCTOR_WORKER_CONCURRENCY: "2", PROCTOR_WORKER_STOP_GRACE: "5m" };
     compose = (args) => execFileSync(cmd, [...pre, "-p", project, ...files, ...args], { cwd: repoRoot, env, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
     base = `http://127.0.0.1:${port}`;
-  });
+  }, 900_000); // hang guard: the image builds copy ~150 MB each on a loaded 2-core machine
   afterAll(async () => {
     // Also after a failure: nothing of the stack may stay.
     try {
