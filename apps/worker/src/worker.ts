@@ -118,7 +118,7 @@ export async function runWorker(config: WorkerConfig, options: RunWorkerOptions 
       ...(config.defaultLimits && Object.keys(config.defaultLimits).length > 0 ? { defaultLimits: config.defaultLimits } : {}),
       onTrial: (event) => {
         metrics.trial(event);
-        if (event.type !== "started") say(trialLogLine(name, event));
+        say(trialLogLine(name, event));
       },
       onHeartbeat: (ok) => metrics.heartbeat(ok),
     });

@@ -88,8 +88,9 @@ export class WorkerMetrics {
 }
 
 /** One log line per trial: what an operator greps for (`trial=<id> run=<id> status=...`). */
-export function trialLogLine(worker: string, event: Exclude<WorkerTrialEvent, { type: "started" }>): string {
+export function trialLogLine(worker: string, event: WorkerTrialEvent): string {
   const head = `trial=${event.trialId} run=${event.runId} worker=${worker}`;
+  if (event.type === "started") return `${head} task=${event.taskId} status=started retry=${event.retry}`;
   if (event.type === "failed") {
     return `${head} status=lost retry=${event.willRetry ? "yes" : "no"} error=${JSON.stringify(oneLine(event.message))}`;
   }
