@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { copyFile, readFile, stat } from "node:fs/promises";
+import { copyFile, readFile, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DockerRuntime, dockerTestGate } from "@proctor/sandbox-docker";
 import type { TaskSpec, TrialResult } from "@proctor/schema";
@@ -54,6 +54,12 @@ const SERVICE_TASK: FixtureTask = {
   // Returns once the server answers, so it is listening when the agent's survivors are listed.
   solve: `echo hello > /app/hello.txt; cd /app && (setsid python3 -m http.server 8000 >/dev/null 2>&1 &)
 for i in $(seq 100); do python3 -c "import socket; socket.create_connection(('127.0.0.1', 8000), 1)" 2>/dev/null && break; sleep 0.1; done`,
+};
+
+/** The answer compared with a reference file the tests bring (as many Terminal-Bench tasks do). */
+const EXPECTED_TASK: FixtureTask = {
+  ...PYTEST_TASK,
+  test: ["mkdir -p /logs/verifier", "if cmp -s /app/answer.txt /tests/expected.txt; then echo 1; else echo 0; fi > /logs/verifier/reward.txt"].join("\n"),
 };
 
 /** A verifier that gives up (no reward) when something already listens on port 9999. */
@@ -126,6 +132,33 @@ def _passing(item, call):
 _pytest.reports.TestReport.from_item_and_call = staticmethod(_passing)
 PROCTOR_EOF`,
   },
+  // SWE-bench rows: the repository's own files, which a diff may change, steering its test run
+  "swe-dot-pytest-ini": { script: `${put(`${W}/calc/zz.py`, PASS_PLUGIN)}\n${put(`${W}/tests/.pytest.ini`, "[pytest]\naddopts = -p calc.zz")}` },
+  "swe-pyproject-dotted-key": { script: `${put(`${W}/calc/zz.py`, PASS_PLUGIN)}\n${put(`${W}/pyproject.toml`, '[project]\nname = "calc"\nversion = "0.1"\n\n[tool]\npytest.ini_options.addopts = "-p calc.zz"')}` },
+  "swe-setupcfg-cr-newline": { script: `${put(`${W}/calc/zz.py`, PASS_PLUGIN)}\nprintf '[metadata]\\nname = calc\\r[tool:pytest]\\raddopts = -p calc.zz\\n' > ${W}/setup.cfg` },
+  "swe-tests-package-init": {
+    script: put(`${W}/tests/__init__.py`, `import _pytest.reports
+_make = _pytest.reports.TestReport.from_item_and_call
+def _passing(item, call):
+    report = _make(item, call)
+    report.outcome = "passed"
+    return report
+_pytest.reports.TestReport.from_item_and_call = staticmethod(_passing)`),
+  },
+  "swe-dist-info-entry-point": { script: `${put(`${W}/calc/tools.py`, PASS_PLUGIN)}\n${put(`${W}/calc_tools-1.0.dist-info/METADATA`, "Metadata-Version: 2.1\nName: calc-tools\nVersion: 1.0")}\n${put(`${W}/calc_tools-1.0.dist-info/entry_points.txt`, "[pytest11]\ncalc_tools = calc.tools")}` },
+  "swe-atexit-summary-line": {
+    script: `cat >> ${W}/calc/__init__.py <<'PROCTOR_EOF'
+import atexit as _atexit, sys as _sys
+@_atexit.register
+def _report():
+    for _id in ("tests/test_ops.py::test_add", "tests/test_ops.py::test_mul"):
+        print("PASSED " + _id, file=_sys.__stdout__, flush=True)
+PROCTOR_EOF`,
+  },
+  // a nested repository the agent left (as an honest agent cloning a dependency would): a fail stays a fail
+  "swe-nested-git": { script: `mkdir -p ${W}/vendor && cd ${W}/vendor && git init -q . && echo x > x.txt` },
+  // an output that is a link to the reference answer the tests bring
+  "link-to-expected": { script: "ln -s /tests/expected.txt /app/answer.txt" },
   // a process left behind that makes the verifier fail (no reward): must not leave the scored trials
   "port-squatter": {
     script: `(setsid python3 -c "import socket,time; s=socket.socket(); s.bind(('127.0.0.1', 9999)); s.listen(); time.sleep(600)" >/dev/null 2>&1 &)
@@ -191,7 +224,8 @@ EOF`, "sh", source]);
     forgeLib = join(root.path, "libforge.so");
     execFileSync("cc", ["-shared", "-fPIC", "-o", forgeLib, source]);
 
-    const dir = await writeTasks(join(root.path, "tasks"), { "pytest-answer": PYTEST_TASK, "pytest-cwd": PYTEST_CWD_TASK, service: SERVICE_TASK, "port-check": PORT_TASK });
+    const dir = await writeTasks(join(root.path, "tasks"), { "pytest-answer": PYTEST_TASK, "pytest-cwd": PYTEST_CWD_TASK, service: SERVICE_TASK, "port-check": PORT_TASK, expected: EXPECTED_TASK });
+    await writeFile(join(dir, "expected", "tests", "expected.txt"), "42\n");
     const loaded = await loadTasks([dir]);
     expect(loaded.errors).toEqual([]);
     tasks = Object.fromEntries(loaded.tasks.map((t) => [t.id, t]));
@@ -298,6 +332,29 @@ EOF`, "sh", source]);
     const results = await attack("repo-patches-pytest", ["calc-mul"]);
     expectNoCleanPass(results["calc-mul"], "repo-patches-pytest");
     expect(results["calc-mul"]?.integrity?.flags?.join(" ")).toMatch(/calc\/__init__\.py imports the test runner/);
+  }, 600_000);
+
+  test.each(["swe-dot-pytest-ini", "swe-pyproject-dotted-key", "swe-setupcfg-cr-newline", "swe-tests-package-init", "swe-dist-info-entry-point", "swe-atexit-summary-line", "cwd-module-shadow"])(
+    "SWE-bench: %s (a diff steering the repository's test run) gets no clean pass",
+    async (name) => {
+      const results = await attack(name, ["calc-mul"]);
+      expectNoCleanPass(results["calc-mul"], name);
+      expect(results["calc-mul"]?.error?.kind ?? "none", name).not.toBe("infra");
+    },
+    600_000,
+  );
+
+  test("SWE-bench: a nested git repository left in the workdir is graded (a fail, not an infrastructure error)", async () => {
+    const results = await attack("swe-nested-git", ["calc-mul"]);
+    expect(results["calc-mul"]).toMatchObject({ status: "failed", reward: 0, error: null });
+  }, 600_000);
+
+  test("an output linking to the tests' reference answer is refused, in the fresh grader and in the agent's own sandbox", async () => {
+    for (const grading of [undefined, "shared"] as const) {
+      const results = await attack("link-to-expected", ["expected"], grading ? { grading } : {});
+      expect(results.expected?.reward ?? 0, grading ?? "fresh").toBe(0);
+      expect(results.expected?.status, grading ?? "fresh").not.toBe("passed");
+    }
   }, 600_000);
 
   test("a verifier error caused while the agent's processes live is the agent's error (it stays in the scored trials)", async () => {

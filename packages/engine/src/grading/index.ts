@@ -9,9 +9,10 @@ import { captureOutputs, placeOutputs, releaseOutputs, startGraderSandbox, type 
 import { runVerifier, rewardChangedAfterRead, type RewardRead } from "./launcher";
 import { planGrading, type GradingMode, type GradingPlan } from "./plan";
 import { adminOptions, asStopped, assertRunning, trusted } from "./sandbox-tools";
+import { forbiddenLink, VERIFIER_ONLY_TARGETS } from "./repo-diff";
 
 /** Places every agent writes to that no test looks at: not worth a note when left out. */
-const SCRATCH = picomatch(["/tmp/**", "/var/tmp/**", "/root/.cache/**", "/root/.npm/**", "/var/cache/**", "/var/lib/apt/**", "/var/lib/dpkg/**", "/var/log/**", "/logs/**", "/agent/**", "/solution/**", "/tests/**", "/.proctor-channel", "/.proctor-channel/**", "/opt/proctor/**", "/run/**", "/proc/**", "/dev/**", "/etc/ld.so.cache"], { dot: true });
+const SCRATCH = picomatch(["/tmp/**", "/var/tmp/**", "/root/.cache/**", "/root/.npm/**", "/var/cache/**", "/var/lib/apt/**", "/var/lib/dpkg/**", "/var/log/**", "/logs/**", "/agent/**", "/solution/**", "/tests/**", "/.proctor-channel", "/.proctor-channel/**", "/opt/proctor/**", "/.proctor", "/.proctor/**", "/usr/sbin/docker-init", "/run/**", "/proc/**", "/dev/**", "/etc/ld.so.cache"], { dot: true });
 
 export { planGrading, pathsNamedByTests } from "./plan";
 export type { GradingMode, GradingPlan } from "./plan";
@@ -249,8 +250,33 @@ class SharedGrading extends BaseGrading {
       return true;
     }
     this.changesBefore = await sandbox.changes();
+    const links = await this.linksToVerifierFiles(sandbox, this.changesBefore);
+    if (links.length > 0) {
+      this.tampered(links, " (links to what only the verifier brings: the tests, their logs, the solution)");
+      return false;
+    }
     this.audit = await sandbox.auditFiles();
     return true;
+  }
+
+  /**
+   * Links the agent made to the tests (their reference answers), the verifier's logs or the
+   * solution: the harness reading through one is the harness's own open, which the audit trusts.
+   */
+  private async linksToVerifierFiles(sandbox: Sandbox, changes: readonly FileChange[]): Promise<string[]> {
+    const paths = changes.filter((c) => c.kind !== "deleted").map((c) => c.path);
+    const found: string[] = [];
+    for (let i = 0; i < paths.length; i += 2000) {
+      // One line per link: its path, a tab, its target as written.
+      const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do if [ -L "$p" ]; then printf "%s\t%s\n" "$p" "$(readlink "$p")"; fi; done; exit 0', paths.slice(i, i + 2000)), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
+      if (result.exitCode !== 0) throw new Error(`listing the agent's links failed (exit ${result.exitCode}): ${result.stderr.slice(-300)}`);
+      for (const line of result.stdout.split("\n").filter(Boolean)) {
+        const [path, target] = line.split("\t") as [string, string];
+        const why = forbiddenLink(path, target ?? "", VERIFIER_ONLY_TARGETS);
+        if (why) found.push(`${path} (${why})`);
+      }
+    }
+    return found;
   }
 
   async verify(): Promise<void> {
