@@ -2,7 +2,7 @@ import { lstat, readlink, rm } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { makeOwnedTempDir, removeOrphanTempDirs, SandboxStartError, type Sandbox } from "@proctor/sandbox";
 import { repoUrl } from "../workspace";
-import { CHECKOUT_MS, HOUSEKEEPING_MS, SANDBOX_START_MS, effectiveLimits, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
+import { CHECKOUT_MS, HOUSEKEEPING_MS, SANDBOX_START_MS, effectiveLimits, message, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
 import { installWorkspace } from "../trial/workspace";
 import { containerSettingsFor } from "../trial/grade-competition";
 import { existsSync } from "node:fs";
@@ -131,6 +131,28 @@ export class GraderError extends Error {
   override name = "GraderError";
 }
 
+/**
+ * What the agent left could not be read as outputs (a name git or the file system refuses, a
+ * file of a kind that cannot be copied): the agent's error, so it stays among the scored trials.
+ */
+export class OutputsUnusableError extends Error {
+  override name = "OutputsUnusableError";
+}
+
+/** The host's own trouble (space, descriptors, memory, I/O): never blamed on the agent. */
+const HOST_ERRORS = new Set(["ENOSPC", "EDQUOT", "EIO", "EMFILE", "ENFILE", "ENOMEM", "EROFS"]);
+
+/** Runs `work` on the staged outputs; a failure the outputs themselves cause becomes OutputsUnusableError. */
+export async function onOutputs<T>(what: string, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException | null)?.code;
+    if (code && HOST_ERRORS.has(code)) throw error;
+    throw new OutputsUnusableError(`${what} failed on what the agent left: ${message(error).slice(0, 300)}`, { cause: error });
+  }
+}
+
 /** The agent's outputs went past OUTPUTS_MAX_BYTES. */
 export class OutputsTooLargeError extends Error {
   override name = "OutputsTooLargeError";
@@ -218,9 +240,9 @@ export async function placeOutputs(attempt: SandboxAttempt, grader: Sandbox, cap
     const placed: PlacedOutputs = { tampered: [], flags: [], skipped: [] };
     for (const { path, staged } of captured.paths) {
       if (!staged) continue;
-      for (const runner of await screenStaged(staged, path, placed.skipped, placed.tampered)) {
+      for (const runner of await onOutputs(`reading ${path}`, () => screenStaged(staged, path, placed.skipped, placed.tampered))) {
         const before = await grader.readFile(runner.path, { maxBytes: 4 * 1024 * 1024 }).then((b) => b?.toString("utf8") ?? null, () => "\0unreadable");
-        if (changesRunner(runner.path, before, await textOf(runner.host))) placed.tampered.push(`${runner.path} (changes how the tests run)`);
+        if (changesRunner(runner.path, before, await onOutputs(`reading ${runner.path}`, () => textOf(runner.host)))) placed.tampered.push(`${runner.path} (changes how the tests run)`);
       }
     }
     if (placed.tampered.length > 0) return placed;
@@ -238,7 +260,7 @@ export async function placeOutputs(attempt: SandboxAttempt, grader: Sandbox, cap
     repoUrl(ws.repo, task.sourcePath),
     ws.baseCommit,
     async (base) => {
-      const diff = await diffRepository(base, tree, protectedFiles(task, base));
+      const diff = await onOutputs("comparing the repository with its base commit", () => diffRepository(base, tree, protectedFiles(task, base)));
       const inRepo = (p: string) => posix.join(grader.workdir, p);
       if (diff.tampered.length > 0) return { tampered: diff.tampered.map(inRepo), flags: diff.flags, skipped: [] };
       await grader.upload(base, grader.workdir);
@@ -251,7 +273,7 @@ export async function placeOutputs(attempt: SandboxAttempt, grader: Sandbox, cap
         attempt.state.errors.push({ kind: "setup", message: `the grader's sandbox: ${installed}` });
       }
       const staging = join(captured.dir, "diff");
-      await stageFiles(tree, diff.changed, staging);
+      await onOutputs("copying the repository's changed files", () => stageFiles(tree, diff.changed, staging));
       await removeIn(grader, [...diff.changed, ...diff.deleted].map((p) => posix.join(grader.workdir, p)), signal);
       if (diff.changed.length > 0) await grader.upload(staging, grader.workdir);
       return { tampered: diff.tampered.map(inRepo), flags: diff.flags, skipped: diff.skipped.map((p) => `${inRepo(p)} (bytecode is not carried)`) };

@@ -16,7 +16,7 @@ const SCRATCH = picomatch(["/tmp/**", "/var/tmp/**", "/root/.cache/**", "/root/.
 
 export { planGrading, pathsNamedByTests } from "./plan";
 export type { GradingMode, GradingPlan } from "./plan";
-export { GraderError, OutputsTooLargeError, OUTPUTS_TEMP_PREFIX } from "./fresh";
+export { GraderError, OutputsTooLargeError, OutputsUnusableError, OUTPUTS_TEMP_PREFIX } from "./fresh";
 
 /**
  * Grading one trial, after its agent: the one interface both modes implement. The trial calls
