@@ -9,7 +9,7 @@ import { captureOutputs, placeOutputs, releaseOutputs, startGraderSandbox, type 
 import { runVerifier, rewardChangedAfterRead, type RewardRead } from "./launcher";
 import { planGrading, type GradingMode, type GradingPlan } from "./plan";
 import { adminOptions, asStopped, assertRunning, trusted } from "./sandbox-tools";
-import { forbiddenLink, VERIFIER_ONLY_TARGETS } from "./repo-diff";
+import { forbiddenLink, SHARED_FORBIDDEN_TARGETS } from "./repo-diff";
 
 /** Places every agent writes to that no test looks at: not worth a note when left out. */
 const SCRATCH = picomatch(["/tmp/**", "/var/tmp/**", "/root/.cache/**", "/root/.npm/**", "/var/cache/**", "/var/lib/apt/**", "/var/lib/dpkg/**", "/var/log/**", "/logs/**", "/agent/**", "/solution/**", "/tests/**", "/.proctor-channel", "/.proctor-channel/**", "/opt/proctor/**", "/.proctor", "/.proctor/**", "/usr/sbin/docker-init", "/run/**", "/proc/**", "/dev/**", "/etc/ld.so.cache"], { dot: true });
@@ -219,6 +219,7 @@ class FreshGrading extends BaseGrading {
 class SharedGrading extends BaseGrading {
   private audit: FileAudit | null = null;
   private changesBefore: FileChange[] = [];
+  private links: { path: string; target: string; resolved: string }[] = [];
 
   async outputs(): Promise<void> {
     const { sandbox, task, env, state } = this.attempt;
@@ -250,9 +251,13 @@ class SharedGrading extends BaseGrading {
       return true;
     }
     this.changesBefore = await sandbox.changes();
-    const links = await this.linksToVerifierFiles(sandbox, this.changesBefore);
-    if (links.length > 0) {
-      this.tampered(links, " (links to what only the verifier brings: the tests, their logs, the solution)");
+    this.links = await this.agentLinks(sandbox, this.changesBefore);
+    const forbidden = this.links.flatMap((l) => {
+      const why = forbiddenLink(l.path, l.target, SHARED_FORBIDDEN_TARGETS);
+      return why ? [`${l.path} (${why})`] : [];
+    });
+    if (forbidden.length > 0) {
+      this.tampered(forbidden, " (links to what only the verifier brings, or to file systems the audit cannot watch)");
       return false;
     }
     this.audit = await sandbox.auditFiles();
@@ -260,20 +265,19 @@ class SharedGrading extends BaseGrading {
   }
 
   /**
-   * Links the agent made to the tests (their reference answers), the verifier's logs or the
-   * solution: the harness reading through one is the harness's own open, which the audit trusts.
+   * The links among what the agent added or changed: each with its target as written and what
+   * it resolves to, read with the sandbox's trusted tools before the tests run.
    */
-  private async linksToVerifierFiles(sandbox: Sandbox, changes: readonly FileChange[]): Promise<string[]> {
+  private async agentLinks(sandbox: Sandbox, changes: readonly FileChange[]): Promise<{ path: string; target: string; resolved: string }[]> {
     const paths = changes.filter((c) => c.kind !== "deleted").map((c) => c.path);
-    const found: string[] = [];
+    const found: { path: string; target: string; resolved: string }[] = [];
     for (let i = 0; i < paths.length; i += 2000) {
-      // One line per link: its path, a tab, its target as written.
-      const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do if [ -L "$p" ]; then printf "%s\t%s\n" "$p" "$(readlink "$p")"; fi; done; exit 0', paths.slice(i, i + 2000)), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
+      // One line per link: its path, its target as written, what it resolves to (tab-separated).
+      const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do if [ -L "$p" ]; then printf "%s\t%s\t%s\n" "$p" "$(readlink "$p")" "$(readlink -f "$p")"; fi; done; exit 0', paths.slice(i, i + 2000)), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
       if (result.exitCode !== 0) throw new Error(`listing the agent's links failed (exit ${result.exitCode}): ${result.stderr.slice(-300)}`);
       for (const line of result.stdout.split("\n").filter(Boolean)) {
-        const [path, target] = line.split("\t") as [string, string];
-        const why = forbiddenLink(path, target ?? "", VERIFIER_ONLY_TARGETS);
-        if (why) found.push(`${path} (${why})`);
+        const [path = "", target = "", resolved = ""] = line.split("\t");
+        found.push({ path, target, resolved: resolved || posix.resolve(posix.dirname(path), target) });
       }
     }
     return found;
@@ -297,6 +301,7 @@ class SharedGrading extends BaseGrading {
     const verdict = await judgeAudit({
       report,
       changes: this.changesBefore,
+      links: this.links,
       outputs: this.plan.outputs,
       allowed,
       resolve: async (paths) => {

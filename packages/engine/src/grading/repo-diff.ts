@@ -68,13 +68,14 @@ export function mayChangeRunner(path: string): boolean {
  * solution, the kernel's and the sandbox's own files.
  */
 const FORBIDDEN_TARGETS = ["/tests", "/logs", "/solution", "/proc", "/sys", "/dev", "/.proctor", "/run"];
-const HARMLESS_DEVICES = new Set(["/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/tty"]);
+const HARMLESS_DEVICES = new Set(["/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd", "/proc/self/fd", "/proc/self/mounts", "/proc/mounts"]);
 
 /**
- * In the agent's own sandbox, where the system's own links (into /run, /proc, /dev) are the
- * image's and the packages': only links into what the verifier alone brings or writes.
+ * In the agent's own sandbox: links into what the verifier alone brings or writes, and into file
+ * systems the file audit does not watch (what the verifier reads there through a link is unseen).
+ * /run is the image's own directory in a container, and packages link into it.
  */
-export const VERIFIER_ONLY_TARGETS = ["/tests", "/logs/verifier", "/solution"];
+export const SHARED_FORBIDDEN_TARGETS = ["/tests", "/logs/verifier", "/solution", "/dev", "/proc", "/sys"];
 
 /** Why a link at sandbox path `at` with `target` is refused, or null. */
 export function forbiddenLink(at: string, target: string, roots: readonly string[] = FORBIDDEN_TARGETS): string | null {
