@@ -188,6 +188,7 @@ class FreshGrading extends BaseGrading {
     if (!this.captured) throw new Error("prepare() before outputs()");
     this.grader = await startGraderSandbox(this.attempt, this.image, this.joinNetworkOf);
     this.verifierSandbox = this.grader;
+    if (this.grader.networkFilesShared) this.flag("graded on the agent's network namespace with /etc/hosts and /etc/resolv.conf as the agent left them (the Docker daemon cannot see this process's temp dir, where the grader's own copies would be)");
     const placed = await placeOutputs(this.attempt, this.grader, this.captured);
     await releaseOutputs(this.captured);
     this.captured = null;
