@@ -2,11 +2,11 @@ import { execFileSync } from "node:child_process";
 import { chmod, mkdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { DockerRuntime, dockerTestGate } from "@proctor/sandbox-docker";
-import type { TrialResult } from "@proctor/schema";
+import type { AgentSpec, TrialResult } from "@proctor/schema";
 import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun } from "./run";
-import { byTask, readResultsFile, tempDir } from "./testing/fixtures";
+import { byTask, readResultsFile, tempDir, writeAgent } from "./testing/fixtures";
 
 const haveDocker = await dockerTestGate();
 
@@ -180,12 +180,14 @@ describe.skipIf(!haveDocker)("official SWE-bench rows without test_cmd: Django's
     await root?.cleanup();
   });
 
-  async function run(agent: "oracle" | "nop"): Promise<Record<string, TrialResult>> {
+  async function run(agent: "oracle" | "nop" | { script: string }): Promise<Record<string, TrialResult>> {
     const loaded = await loadTasks([dataset], { reposDir: mirrors, cacheDir: join(root.path, "task-cache") });
     expect(loaded.errors.map((e) => e.message)).toEqual([]);
-    const runId = `swe-specs-${agent}-${process.pid}`;
+    const name = typeof agent === "string" ? agent : "code";
+    const runId = `swe-specs-${name}-${process.pid}`;
     runIds.push(runId);
-    const handle = startRun({ runId, runDir: join(root.path, "runs", runId), runtime: new DockerRuntime(), tasks: loaded.tasks, agent: { kind: agent }, concurrency: 2, attempts: 1, defaultImage: null, cacheDir: join(root.path, "repo-cache") });
+    const spec: AgentSpec = typeof agent === "string" ? { kind: agent } : { kind: "code", dir: await writeAgent(root.path, `agent-${runIds.length}`, agent.script) };
+    const handle = startRun({ runId, runDir: join(root.path, "runs", runId), runtime: new DockerRuntime(), tasks: loaded.tasks, agent: spec, concurrency: 2, attempts: 1, defaultImage: null, cacheDir: join(root.path, "repo-cache") });
     await handle.done;
     expect(containersOf(runId)).toEqual([]);
     return byTask(await readResultsFile(handle.runDir));
@@ -199,6 +201,15 @@ describe.skipIf(!haveDocker)("official SWE-bench rows without test_cmd: Django's
     const sympy = results["sympy__sympy-20590"];
     expect(sympy, JSON.stringify(sympy?.error)).toMatchObject({ status: "passed", grading: { resolved: true, tests: { test_igcd: "PASSED", test_ilcm: "PASSED" } } });
     expect(sympy?.grading?.testCommand.split("\n").at(-1)).toBe("PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose sympy/core/tests/test_numbers.py");
+  }, 600_000);
+
+  test("the runner script and settings the test command runs stay the base commit's: a diff rewriting them refuses the attempt", async () => {
+    // Reports every test ok, as Django's runner would for passing tests.
+    const fake = ["import sys", "for t in ('test_capfirst', 'test_lower'):", "    print(t + ' (utils_tests.test_text.TestUtilsText) ... ok', file=sys.stderr)", "print('OK', file=sys.stderr)"].join("\n");
+    const results = await run({ script: `cd "$PROCTOR_WORKDIR"; if [ -f tests/runtests.py ]; then cat > tests/runtests.py <<'PROCTOR_EOF'\n${fake}\nPROCTOR_EOF\nfi` });
+    const django = results["django__django-11099"];
+    expect(django).toMatchObject({ status: "error", reward: 0, error: { kind: "agent" } });
+    expect(django?.error?.message).toMatch(/^tampered: \/testbed\/tests\/runtests\.py/);
   }, 600_000);
 
   test("nop resolves neither: the FAIL_TO_PASS test is named failing, PASS_TO_PASS passes", async () => {
