@@ -5,7 +5,7 @@ import { repoUrl } from "../workspace";
 import { CHECKOUT_MS, HOUSEKEEPING_MS, SANDBOX_START_MS, effectiveLimits, message, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
 import { installWorkspace } from "../trial/workspace";
 import { containerSettingsFor } from "../trial/grade-competition";
-import { existsSync } from "node:fs";
+import { statSync } from "node:fs";
 import type { TaskSpec } from "@proctor/schema";
 import { SwebenchGrading } from "@proctor/tasks";
 import { HARDENED_ENV } from "./hardened";
@@ -81,6 +81,7 @@ export async function releaseOutputs(captured: CapturedOutputs | null): Promise<
  * has them: the package files (`__init__.py`) of the directories the test files are in, and the
  * scripts and settings the test command runs from the repository (Django's tests/runtests.py and
  * its settings module, sympy's bin/test). What the test patch itself writes is restored anyway.
+ * A checks task's commands name the code under test, which the agent is there to change.
  */
 function protectedFiles(task: TaskSpec, base: string): string[] {
   const out = new Set<string>();
@@ -96,14 +97,13 @@ function protectedFiles(task: TaskSpec, base: string): string[] {
     }
     if (grading.data.testCmd) commands.push(grading.data.testCmd);
   }
-  if (task.verifier.mode === "checks") commands.push(...task.verifier.checks.map((c) => c.command));
   for (const command of commands) {
     for (const raw of command.split(/[\s;&|()]+/)) {
       const token = raw.replace(/^["']|["']$/g, "");
       const settings = /^--settings=([\w.]+)$/.exec(token);
       const candidates = settings ? [`${settings[1]?.replace(/\./g, "/")}.py`, `tests/${settings[1]?.replace(/\./g, "/")}.py`] : [token.replace(/^\.\//, "")];
       for (const c of candidates) {
-        if (c && !c.startsWith("/") && !c.split("/").includes("..") && /[/.]/.test(c) && existsSync(join(base, c))) out.add(c);
+        if (c && !c.startsWith("/") && !c.split("/").includes("..") && /[/.]/.test(c) && statSync(join(base, c), { throwIfNoEntry: false })?.isFile()) out.add(c);
       }
     }
   }
