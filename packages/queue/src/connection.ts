@@ -1,7 +1,7 @@
 import type { ConnectionOptions } from "bullmq";
 import { Redis, type RedisOptions } from "ioredis";
 import type { Logger } from "@proctor/schema";
-import { QueueUrlError } from "./errors";
+import { QueueUnreachableError, QueueUrlError } from "./errors";
 
 /** Key prefix of everything Proctor keeps in Redis (BullMQ's own keys too). */
 export const KEY_PREFIX = "proctor";
@@ -91,4 +91,26 @@ export function watchConnection(emitter: { on(event: string, fn: (...args: any[]
     down = false;
     logger.info(`Redis at ${target.display} is back; ${role} continues`, { role });
   });
+}
+
+/**
+ * One PING with no retries, before anything is queued: a run or a server that starts against a
+ * Redis that is not there stops with one line (QueueUnreachableError) instead of waiting for it.
+ * Outages after a good start are waited out (see connect()).
+ */
+export async function checkQueueReachable(url: string, timeoutMs = 5000): Promise<void> {
+  const target = parseQueueUrl(url);
+  const redis = new Redis({ ...redisOptions(target), lazyConnect: true, connectTimeout: timeoutMs, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null });
+  // The socket's own error (ECONNREFUSED, ENOTFOUND) says more than the rejection ("Connection is closed").
+  let first: Error | null = null;
+  redis.on("error", (error: Error) => (first ??= error));
+  try {
+    await redis.connect();
+    await redis.ping();
+  } catch (error) {
+    const reason = (first ?? (error instanceof Error ? error : null))?.message ?? String(error);
+    throw new QueueUnreachableError(`Redis at ${target.display} does not answer (${reason}): start it (redis-server --port ${target.port} --appendonly yes) or fix --queue`, { cause: error });
+  } finally {
+    redis.disconnect();
+  }
 }
