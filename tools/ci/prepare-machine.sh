@@ -5,9 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 # Info-ZIP (archive round trips), git (repo workspaces), debootstrap (base images), Chromium
-# (viewer tests), redis-server (queue tests start their own).
+# (viewer tests), redis-server (queue tests start their own), docker-compose (deploy/compose.yaml's
+# test, unless Docker's compose plugin is there).
 missing=()
 for tool in zip unzip git debootstrap chromium redis-server; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
+if ! command -v docker-compose >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1; then missing+=(docker-compose); fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "prepare-machine: missing ${missing[*]}, which the suite needs under CI=true; install them (apt-get install ${missing[*]}) as root" >&2

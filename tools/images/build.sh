@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# Build Proctor's test images without a registry. Idempotent: an image already present is kept.
+# Build Proctor's images without a registry. Idempotent: an image already present is kept.
 #   proctor/base:bookworm  debootstrap minbase + bash, python3, pytest, git, procps, ca-certificates
 #   proctor/busybox:latest busybox-static in an empty rootfs (about 2 MB), for fast tests
+# With --deploy (`pnpm images --deploy`, or `build.sh deploy`), also the deployment images, always
+# rebuilt from this checkout (deploy/images/*.Dockerfile, used by deploy/compose.yaml):
+#   proctor/server  proctor serve, as the unprivileged user proctor
+#   proctor/worker  proctor-worker (root: it needs the host's Docker socket)
+#   proctor/redis   Debian's redis-server
+# They start FROM proctor/base:bookworm and copy in the workspace's built packages (pnpm deploy)
+# and a Node binary from npm's node-linux-<arch> package (PROCTOR_IMAGE_NODE=<path> to use
+# another, e.g. the host's); the Redis build installs Debian's package with apt.
 set -euo pipefail
+cd "$(dirname "$0")/../.."
 
 have() { docker image inspect "$1" >/dev/null 2>&1; }
 need_pkg() {
@@ -48,6 +57,64 @@ build_base() {
   echo "images: built $name"
 }
 
+# Node for the deployment images: npm's official binary package, fetched by npm (cached) before
+# the build; the image build itself downloads nothing.
+stage_node() {
+  local out=$1
+  if [ -n "${PROCTOR_IMAGE_NODE:-}" ]; then cp "$PROCTOR_IMAGE_NODE" "$out/node"; return; fi
+  local version=${PROCTOR_IMAGE_NODE_VERSION:-20.20.2} arch
+  case "$(uname -m)" in x86_64) arch=x64 ;; aarch64) arch=arm64 ;; *) echo "images: no npm Node package for $(uname -m); set PROCTOR_IMAGE_NODE to a Node >= 20.19 binary" >&2; exit 1 ;; esac
+  local cache=${XDG_CACHE_HOME:-$HOME/.cache}/proctor/node
+  local tgz="$cache/node-linux-$arch-$version.tgz"
+  if [ ! -s "$tgz" ]; then
+    mkdir -p "$cache"
+    echo "images: npm pack node-linux-$arch@$version (once; cached in $cache)"
+    (cd "$cache" && npm pack --silent "node-linux-$arch@$version" >/dev/null)
+  fi
+  tar -xzf "$tgz" -C "$out" package/bin/node
+  mv "$out/package/bin/node" "$out/node" && rm -rf "$out/package"
+}
+
+build_deploy() {
+  build_busybox
+  build_base
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage" "$stage.build.log"' EXIT
+  # PROCTOR_IMAGES_BUILT=1: the caller built them (an Nx target that depends on ^build).
+  if [ -z "${PROCTOR_IMAGES_BUILT:-}" ]; then
+  echo "images: building the workspace's packages (nx; cached)"
+  NX_DAEMON=false NX_NO_CLOUD=true NX_TUI=false pnpm exec nx run-many -t build -p @proctor/cli @proctor/server @proctor/worker --outputStyle=static >"$stage.build.log" 2>&1 || {
+    echo "images: the build failed; last lines of $stage.build.log:" >&2; tail -n 30 "$stage.build.log" >&2; exit 1; }
+  rm -f "$stage.build.log"
+  fi
+  for pkg in cli server worker; do
+    pnpm --filter "@proctor/$pkg" deploy --prod --legacy --prefer-offline "$stage/$pkg" >"$stage/deploy.log" 2>&1 || {
+      echo "images: pnpm deploy of @proctor/$pkg failed:" >&2; tail -n 30 "$stage/deploy.log" >&2; exit 1; }
+  done
+  rm -f "$stage/deploy.log"
+  stage_node "$stage"
+  "$stage/node" -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)' \
+    || { echo "images: the image's Node must be >= 20.19" >&2; exit 1; }
+  # The static busybox sandboxes need, from the proctor/busybox image.
+  local holder; holder=$(docker create proctor/busybox:latest /bin/busybox true)
+  docker cp "$holder:/bin/busybox" "$stage/busybox" >/dev/null
+  docker rm "$holder" >/dev/null
+  for image in server worker; do
+    echo "images: building proctor/$image"
+    DOCKER_BUILDKIT=0 docker build -q -f "deploy/images/$image.Dockerfile" -t "proctor/$image:latest" "$stage" >/dev/null 2>"$stage/docker.log" || {
+      echo "images: building proctor/$image failed:" >&2; tail -n 30 "$stage/docker.log" >&2; exit 1; }
+  done
+  if have proctor/redis:latest && [ -z "${PROCTOR_REBUILD_REDIS:-}" ]; then
+    echo "images: proctor/redis:latest present"
+  else
+    echo "images: building proctor/redis (apt-get install redis-server)"
+    mkdir -p "$stage/empty"
+    DOCKER_BUILDKIT=0 docker build -q -f deploy/images/redis.Dockerfile -t proctor/redis:latest "$stage/empty" >/dev/null 2>"$stage/docker.log" || {
+      echo "images: building proctor/redis failed:" >&2; tail -n 30 "$stage/docker.log" >&2; exit 1; }
+  fi
+  echo "images: built proctor/server, proctor/worker, proctor/redis"
+}
+
 if ! docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
   echo "images: no Docker engine answers; nothing to build (proctor will use the local runtime;"
   echo "        start an engine with tools/docker/ensure-engine.sh to run tasks in containers)"
@@ -65,9 +132,14 @@ install_attr() {
     echo "images: installing attr failed; the Docker runtime still reads changes with the @napi-rs/xattr binding"
 }
 
-case "${1:-all}" in
+target=${1:-all}
+deploy=no
+for arg in "$@"; do [ "$arg" = --deploy ] && deploy=yes; done
+[ "$target" = --deploy ] && target=all
+case "$target" in
   busybox) build_busybox ;;
   base) build_base ;;
-  all) install_attr; build_busybox; build_base ;;
-  *) echo "usage: $0 [all|busybox|base]" >&2; exit 2 ;;
+  all) install_attr; build_busybox; build_base; if [ "$deploy" = yes ]; then build_deploy; fi ;;
+  deploy) build_deploy ;;
+  *) echo "usage: $0 [all|busybox|base|deploy] [--deploy]" >&2; exit 2 ;;
 esac

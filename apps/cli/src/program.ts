@@ -10,7 +10,7 @@ import { serveCommand } from "./commands/serve";
 import { submitCommand } from "./commands/submit";
 import { followCommand, statusCommand } from "./commands/batch";
 import { verifyReceiptCommand } from "./commands/verify-receipt";
-import { workerCommand } from "./commands/worker";
+import { workerCommand } from "@proctor/worker";
 import { slotsCommand, type SlotsAction } from "./commands/slots";
 import { DEFAULT_TRIAL_LIMITS, EngineError, RunStorageError } from "@proctor/engine";
 import { AgentConfigError, RunFatalAgentError } from "@proctor/agents";
@@ -143,18 +143,8 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
       );
     });
 
-  program
-    .command("worker")
-    .description("run trials from a Redis queue (proctor run --queue / proctor serve --queue) until SIGTERM, which drains")
-    .requiredOption("--queue <url>", "redis://HOST:PORT/DB")
-    .option("-n, --concurrency <n>", "trials at once", positiveInt("--concurrency"), 1)
-    .addOption(new Option("--runtime <runtime>", "sandbox runtime (must match the runs' runtime)").choices(["auto", "docker", "local"]).default("auto"))
-    .option("--name <name>", "name shown by GET /v1/workers (default <host>-<pid>)")
-    .option("--worker-token <token>", "token for the server's GET /v1/bundles/:sha (default $PROCTOR_WORKER_TOKEN)")
-    .option("--work-dir <dir>", "bundle cache and scratch trial dirs (default <tmp>/proctor-worker)")
-    .action(async (o) =>
-      setExitCode(await workerCommand({ queue: o.queue, concurrency: o.concurrency, runtime: o.runtime, name: o.name, workerToken: o.workerToken, workDir: o.workDir, logger })),
-    );
+  // The worker app's own command (same flags and environment variables as proctor-worker).
+  program.addCommand(workerCommand(setExitCode, "worker", "proctor worker").copyInheritedSettings(program));
 
   program
     .command("report")

@@ -122,8 +122,9 @@ describe("proctor run --queue with proctor worker processes", () => {
       const stored = JSON.parse(readFileSync(join(root, "runs-queued", "r", "trials", r.trialId, "result.json"), "utf8")) as { worker?: unknown };
       expect(stored.worker).toEqual(r.worker);
       const log = (r.worker?.name === "a" ? aOut : bOut).stderr;
-      expect(log).toContain(`started  run r trial ${r.trialId} (job attempt 1)\n`);
-      expect(log).toMatch(new RegExp(`finished run r trial ${r.trialId.replace(/[.]/g, "\\.")} ${r.status} in \\d+\\.\\ds`));
+      const id = r.trialId.replace(/[.]/g, "\\.");
+      expect(log).toMatch(new RegExp(`^trial=${id} run=r worker=${r.worker?.name} task=\\S+ status=started retry=0$`, "m"));
+      expect(log).toMatch(new RegExp(`^trial=${id} run=r worker=${r.worker?.name} task=\\S+ status=${r.status} reward=\\S+ duration=\\d+\\.\\ds`, "m"));
     }
     expect(ranBy.size).toBe(8);
   });

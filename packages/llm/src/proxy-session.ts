@@ -92,7 +92,7 @@ export class Session implements ModelProxySession {
   fatal: string | null = null;
   closed = false;
   private readonly stop = new AbortController();
-  readonly stopped = this.stop.signal;
+  readonly stopped: AbortSignal = this.stop.signal;
   readonly steps: TrajectoryStep[] = [];
   readonly totals = { inputTokens: 0, outputTokens: 0, cacheRead: 0, cacheWrite: 0, requests: 0, retries: 0, forwarded: 0, refused: 0, countTokens: 0 };
   /** Per conversation (keyed by its first item), the items of its last request: conversations grow by appending. */

@@ -1,9 +1,7 @@
 export { QueueDispatcher } from "./dispatcher";
 export type { QueueDispatcherOptions, WaitingNotice } from "./dispatcher";
 export { startWorker } from "./worker";
-export type { QueueWorkerOptions, QueueWorkerHandle } from "./worker";
-export { formatWorkerTrialLine } from "./trial-lines";
-export type { WorkerTrialUpdate } from "./trial-lines";
+export type { QueueWorkerOptions, QueueWorkerHandle, TrialLimitDefaults, WorkerTrialEvent } from "./worker";
 export { QueueMonitor } from "./monitor";
 export type { QueueCounts } from "./monitor";
 export type { WorkerInfo } from "./registry";
@@ -17,3 +15,6 @@ export { remoteRuntime } from "./remote";
 export { QueueError, QueueUrlError, QueueUnreachableError, BundleError, DispatchError, SpecError } from "./errors";
 export { startRedisServer } from "./redis-server";
 export type { RedisServerHandle, RedisServerOptions } from "./redis-server";
+export { WorkerMetrics, trialLogLine } from "./worker-metrics";
+export { startWorkerStatusServer } from "./worker-status";
+export type { WorkerState, WorkerStatusServer } from "./worker-status";

@@ -2,17 +2,19 @@ import type { Logger } from "@proctor/schema";
 import type { Redis } from "ioredis";
 import { isAlive } from "./registry";
 
-/** Labels on every container a queue worker starts: the worker's id and host. */
+/** Labels on every container a queue worker starts: the worker's id and its reap scope (the Docker daemon's ID, else the host name). */
 export const WORKER_LABELS = { worker: "proctor.worker", host: "proctor.worker.host" } as const;
 
 /** The part of a Docker client (dockerode) the reaper uses. */
 export interface ContainerApi {
   listContainers(options: { all: boolean; filters: { label: string[] } }): Promise<{ Id: string; Labels: Record<string, string> }[]>;
   getContainer(id: string): { remove(options: { force: boolean; v: boolean }): Promise<unknown> };
+  /** The daemon's `docker info`: workers on one daemon (in containers or not) reap each other's containers by its ID. */
+  info?(): Promise<{ ID?: string }>;
 }
 
 /**
- * Removes containers on this Docker host started by queue workers of `host` whose heartbeat is
+ * Removes containers on this Docker host started by queue workers of `host` (their reap scope) whose heartbeat is
  * gone (killed with -9, machine lost its network, ...). Returns how many were removed.
  */
 export async function reapDeadWorkers(api: ContainerApi, redis: Redis, options: { prefix: string; host: string; logger: Logger }): Promise<number> {

@@ -17,7 +17,6 @@ import { SpecCache } from "./specs";
 import { packTrialFiles, removeSmallTreeSync } from "./trial-files";
 import { reapDeadWorkers, WORKER_LABELS, type ContainerApi } from "./reaper";
 import { beat, forget, queueBeat, type WorkerInfo } from "./registry";
-import type { WorkerTrialUpdate } from "./trial-lines";
 
 export interface QueueWorkerOptions {
   /** `redis://HOST:PORT/DB`. */
@@ -43,9 +42,43 @@ export interface QueueWorkerOptions {
   containers?: ContainerApi | null;
   /** Default 30,000 ms. */
   reapEveryMs?: number;
-  /** Told when a trial job starts and when it ends (`formatWorkerTrialLine` makes a log line of it). */
-  onTrial?: (update: WorkerTrialUpdate) => void;
+  /**
+   * Limits a trial gets on this worker where neither its task nor its run sets one (a run's own
+   * defaults and maxima still apply first).
+   */
+  defaultLimits?: TrialLimitDefaults;
+  /** Told as each trial starts and ends (the worker app's log lines and metrics). */
+  onTrial?: (event: WorkerTrialEvent) => void;
+  /** Told after each heartbeat write whether Redis took it. */
+  onHeartbeat?: (ok: boolean) => void;
 }
+
+export interface TrialLimitDefaults {
+  memoryMb?: number;
+  cpus?: number;
+  pidsLimit?: number;
+  storageMb?: number;
+}
+
+/**
+ * A trial's course on this worker: `started` once it runs; then `finished` when its result went
+ * to Redis, or `failed` when its job ended without one (an infra error retried, a bundle that
+ * could not be fetched, a forced stop); `willRetry` says whether BullMQ runs it again.
+ */
+export type WorkerTrialEvent =
+  | { type: "started"; runId: string; trialId: string; taskId: string; retry: number }
+  | {
+      type: "finished";
+      runId: string;
+      trialId: string;
+      taskId: string;
+      retry: number;
+      status: TrialResult["status"];
+      reward: number | null;
+      durationMs: number;
+      error: { kind: string; message: string } | null;
+    }
+  | { type: "failed"; runId: string; trialId: string; retry: number; message: string; willRetry: boolean };
 
 export interface QueueWorkerHandle {
   id: string;
@@ -77,7 +110,10 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
   const redis = connect(target, logger, `worker ${name}`);
   const specs = new SpecCache(redis, prefix);
   const cache = new BundleCache(join(options.workDir, "bundles"), options.token ? { token: options.token } : {});
-  const runtime = labelled(options.runtime, { [WORKER_LABELS.worker]: id, [WORKER_LABELS.host]: host });
+  // Workers reap each other's containers per Docker daemon: workers in containers on one daemon
+  // have host names of their own, but share its containers.
+  const reapScope = await daemonScope(options.containers, host, logger);
+  const runtime = labelled(options.runtime, { [WORKER_LABELS.worker]: id, [WORKER_LABELS.host]: reapScope });
   const repoCache = new RepoCache(join(options.workDir, "repos"), { logger });
   const stop = new AbortController(); // only a forced stop aborts running trials
   const running = new Set<string>();
@@ -98,7 +134,18 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
     heartbeatAt: new Date().toISOString(),
     draining,
   });
-  const beatNow = () => beat(redis, prefix, info(), heartbeatMs * 3).catch(() => undefined);
+  const tell = (event: WorkerTrialEvent) => {
+    try {
+      options.onTrial?.(event);
+    } catch (error) {
+      logger.warn("a trial listener threw", { error: (error as Error).message });
+    }
+  };
+  const beatNow = () =>
+    beat(redis, prefix, info(), heartbeatMs * 3).then(
+      () => options.onHeartbeat?.(true),
+      () => options.onHeartbeat?.(false),
+    );
   // A trial's start shows in the heartbeat within BEAT_COALESCE_MS (trials starting together share
   // one beat); its end goes out with its result.
   let beatTimer: NodeJS.Timeout | null = null;
@@ -194,15 +241,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
     if (await isCancelled(data.runId)) return { skipped: true };
     running.add(data.trialId);
     beatSoon();
-    const jobStarted = Date.now();
-    const tell = (update: WorkerTrialUpdate) => {
-      try {
-        options.onTrial?.(update);
-      } catch (error) {
-        logger.warn("the trial listener failed", { error: (error as Error).message });
-      }
-    };
-    tell({ event: "started", runId: data.runId, trialId: data.trialId, attempt: job.attemptsMade + 1 });
+    tell({ type: "started", runId: data.runId, trialId: data.trialId, taskId: record.task.id, retry: job.attemptsMade });
     const runDir = join(options.workDir, "runs", `${data.runId}-${job.attemptsMade}-${randomBytes(3).toString("hex")}`);
     const emit = emitFor(data.runId);
     let small = false; // the trial dir went as a file list: its scratch dir is small
@@ -236,7 +275,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
         clock: systemClock,
         maxInfraRetries: 0, // BullMQ's attempts/backoff retry infra errors, on any worker
         retryBaseDelayMs: 0,
-        limits: context.limits,
+        limits: options.defaultLimits ? { ...context.limits, defaults: { ...options.defaultLimits, ...definedOnly(context.limits.defaults) } } : context.limits,
         isolateVerifier: context.isolateVerifier,
         grading: context.grading,
       };
@@ -265,11 +304,18 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
         finished--;
         throw new Error(`sending trial ${data.trialId}'s result to Redis failed: ${sent?.[0]?.message ?? "no reply"}`);
       }
-      tell({ event: "finished", runId: data.runId, trialId: data.trialId, status: final.status, durationMs: Date.now() - jobStarted, error: final.error ? `${final.error.kind}: ${final.error.message}` : null });
+      tell({
+        type: "finished",
+        runId: data.runId,
+        trialId: data.trialId,
+        taskId: task.id,
+        retry: job.attemptsMade,
+        status: final.status,
+        reward: final.reward,
+        durationMs: final.durationMs,
+        error: final.error ? { kind: final.error.kind, message: final.error.message } : null,
+      });
       return { trialId: data.trialId };
-    } catch (error) {
-      tell({ event: "released", runId: data.runId, trialId: data.trialId, reason: (error as Error).message, durationMs: Date.now() - jobStarted });
-      throw error;
     } finally {
       releaseAgent();
       if (running.delete(data.trialId)) beatSoon(); // ended without a result (retry, stop)
@@ -289,7 +335,11 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
   });
   watchConnection(worker, target, logger, `worker ${name}`);
   worker.on("failed", (job, error) => {
-    if (job) logger.warn("trial job failed", { job: job.id, attempt: job.attemptsMade, error: error.message });
+    if (!job) return;
+    logger.warn("trial job failed", { job: job.id, attempt: job.attemptsMade, error: error.message });
+    const parsed = TrialJob.safeParse(job.data);
+    const willRetry = !(error instanceof UnrecoverableError) && job.attemptsMade < (job.opts.attempts ?? 1);
+    if (parsed.success) tell({ type: "failed", runId: parsed.data.runId, trialId: parsed.data.trialId, retry: Math.max(0, job.attemptsMade - 1), message: error.message, willRetry });
   });
 
   await beatNow();
@@ -297,7 +347,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
   const reap = async () => {
     if (!options.containers) return;
     try {
-      await reapDeadWorkers(options.containers, redis, { prefix, host, logger });
+      await reapDeadWorkers(options.containers, redis, { prefix, host: reapScope, logger });
     } catch (error) {
       logger.warn("reaping dead workers' containers failed", { error: (error as Error).message });
     }
@@ -331,6 +381,23 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
     return closing;
   };
   return { id, name, drain, closed };
+}
+
+/** The Docker daemon's ID as `docker-<ID>` when the API tells it, else the host name. */
+async function daemonScope(api: ContainerApi | null | undefined, host: string, logger: Logger): Promise<string> {
+  if (!api?.info) return host;
+  try {
+    const id = (await api.info()).ID;
+    return typeof id === "string" && id !== "" ? `docker-${id.replace(/[^A-Za-z0-9_.-]/g, "-")}` : host;
+  } catch (error) {
+    logger.warn("the Docker daemon did not say its ID; containers are reaped per host name", { error: (error as Error).message });
+    return host;
+  }
+}
+
+/** The keys of a limits record whose value is set (a run's `{memoryMb: undefined}` must not hide a worker default). */
+function definedOnly(limits: TrialLimitDefaults | undefined): TrialLimitDefaults {
+  return Object.fromEntries(Object.entries(limits ?? {}).filter(([, value]) => value !== undefined));
 }
 
 /** The runtime with the worker's labels on every sandbox (the reaper finds them by it). */

@@ -27,7 +27,10 @@
  * the host's pid counter (/proc/sys/kernel/ns_last_pid, sampled after every read and every
  * 100 ms) has not come round to that pid since the process was last seen alive; otherwise
  * /proc is read again, and an event that cannot be told apart (the pid now belongs to another
- * process, or to none) goes to a new "gone" record and counts as ambiguous.
+ * process, or to none) goes to a new "gone" record and counts as ambiguous. This holds as long
+ * as the counter only moves forward and less than a whole cycle between two samples: true of
+ * forks; only root on the host can set it back (writing ns_last_pid, as CRIU does).
+ *   A process is the same one while its pid and its start time (clock ticks) are.
  *
  * Never hangs the container: every permission event is answered FAN_ALLOW whatever happens,
  * after reads of /proc that take no lock an exec'ing task holds (stat, status, ns/pid, exe).

@@ -223,9 +223,12 @@ export class ExecChannel {
     return new ExecChannel(dir, logger, options.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS);
   }
 
-  /** The bind mount for the container (read-only: a process inside cannot replace the FIFOs). */
-  get bind(): string {
-    return `${this.hostDir}:${CHANNEL_DIR}:ro`;
+  /**
+   * The bind mount for the container (read-only: a process inside cannot replace the FIFOs);
+   * `daemonHostDir` is where the daemon's host has the directory (see DaemonPaths).
+   */
+  bind(daemonHostDir: string = this.hostDir): string {
+    return `${daemonHostDir}:${CHANNEL_DIR}:ro`;
   }
 
   get ready(): boolean {

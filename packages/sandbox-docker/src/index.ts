@@ -16,3 +16,5 @@ export { findGetfattr, openXattrReader } from "./xattrs";
 export type { NoXattrReader, XattrChoice, XattrReader } from "./xattrs";
 export { dockerHostReport } from "./host-report";
 export type { DockerHostReport } from "./host-report";
+export { DaemonPaths, detectDaemonPaths } from "./daemon-paths";
+export type { ContainerMount } from "./daemon-paths";

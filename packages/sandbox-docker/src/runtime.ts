@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { hostname } from "node:os";
+import { isAbsolute } from "node:path";
+import { hostname, tmpdir } from "node:os";
 import Dockerode from "dockerode";
 import {
   ImageError,
@@ -32,6 +33,7 @@ import { TOOLCHAIN_DIR, TRUSTED_BUSYBOX, ensureToolchainVolume } from "./toolcha
 import { applyContainerSettings, checkContainerSettings } from "./container-config";
 import { ChangesFastPath } from "./fast-path";
 import type { XattrChoice } from "./xattrs";
+import { DaemonPaths, detectDaemonPaths } from "./daemon-paths";
 
 export interface DockerRuntimeOptions {
   /** The daemon to talk to; default: DOCKER_HOST or the local socket. */
@@ -70,6 +72,12 @@ export interface DockerRuntimeOptions {
    * Default: PROCTOR_OVERLAY_XATTRS if set, else auto.
    */
   overlayXattrs?: XattrChoice;
+  /**
+   * Which of this process's paths the daemon's host has, for bind mounts (the exec channel, host
+   * sockets, `mounts`). Default: found out with the first sandbox (see daemon-paths.ts): in one of
+   * the daemon's own containers, only paths under that container's bind mounts and volumes.
+   */
+  daemonPaths?: DaemonPaths;
 }
 
 const XATTR_CHOICES: readonly XattrChoice[] = ["auto", "native", "getfattr", "none"];
@@ -168,6 +176,7 @@ export class DockerRuntime implements SandboxRuntime {
   private removalFailures: unknown[] = [];
   private readonly pool: WarmPool<DockerSandbox>;
   private readonly fastPath: ChangesFastPath;
+  private daemonPathsFound: Promise<DaemonPaths> | undefined;
 
   constructor(options: DockerRuntimeOptions = {}) {
     this.docker = options.docker ?? new Dockerode();
@@ -179,6 +188,7 @@ export class DockerRuntime implements SandboxRuntime {
     this.forwarderImage = options.forwarderImage ?? DEFAULT_FORWARDER_IMAGE;
     this.execChannel = options.execChannel ?? process.env.PROCTOR_EXEC_CHANNEL !== "0";
     this.channelStartTimeoutMs = options.channelStartTimeoutMs;
+    if (options.daemonPaths) this.daemonPathsFound = Promise.resolve(options.daemonPaths);
     this.images = new ImageResolver(this.docker, this.logger);
     this.fastPath = new ChangesFastPath(options.overlayXattrs ?? xattrChoiceFromEnv(), this.logger);
     this.pool = new WarmPool<DockerSandbox>({
@@ -292,10 +302,11 @@ export class DockerRuntime implements SandboxRuntime {
       throw error;
     }
     const toolchain = await this.toolchain(options.image);
-    const spec = await this.containerSpec(options, imageInfo, toolchain);
+    const paths = await this.daemonPaths();
+    const spec = await this.containerSpec({ ...options, mounts: onDaemonHost(options.mounts, paths) }, imageInfo, toolchain);
     const trial = options.labels?.[LABELS.trial];
     // A sandbox sharing another's network namespace cannot be started before that one is named.
-    if (!this.pool.enabled || options.joinNetworkOf) return this.start(spec, containerName(trial), spec.labels, signal);
+    if (!this.pool.enabled || options.joinNetworkOf) return this.start(spec, paths, containerName(trial), spec.labels, signal);
 
     // The image's id, not its name, so a rebuilt tag never hands out a container of the old image.
     const key = poolKey(imageInfo.Id, { ...options, lifetimeMs: roundLifetimeSec(options.lifetimeMs, this.lifetimeStepMs) });
@@ -304,7 +315,7 @@ export class DockerRuntime implements SandboxRuntime {
       // Started ahead of demand they cannot carry this caller's trial label: they get the run's
       // labels plus proctor.pooled=true, and the trial in their name (renamed when handed out).
       const { [LABELS.trial]: _trial, ...shared } = spec.labels;
-      const warm = await this.pool.acquire(key, () => this.start(spec, containerName("warm"), { ...shared, [POOLED_LABEL]: "true" }, undefined), options.upcoming);
+      const warm = await this.pool.acquire(key, () => this.start(spec, paths, containerName("warm"), { ...shared, [POOLED_LABEL]: "true" }, undefined), options.upcoming);
       if (warm) {
         if (signal?.aborted) {
           void warm.kill().catch(() => undefined); // its removal is tracked for drain()
@@ -314,7 +325,7 @@ export class DockerRuntime implements SandboxRuntime {
         await warm.rename(name).catch((error: unknown) => this.logger.warn("renaming a pooled sandbox failed; it keeps its warm-up name", { id: warm.id, name, error: daemonMessage(error) }));
         sandbox = warm;
       } else {
-        sandbox = await this.start(spec, containerName(trial), spec.labels, signal);
+        sandbox = await this.start(spec, paths, containerName(trial), spec.labels, signal);
       }
     } catch (error) {
       this.pool.release(key);
@@ -324,7 +335,27 @@ export class DockerRuntime implements SandboxRuntime {
     return sandbox;
   }
 
-  /** Everything but the name and labels of a container for `options`. */
+  /**
+   * Which of this process's paths the daemon's host has (asked once). In a container of the
+   * daemon whose temp dir is its own, the exec channel is off (said once): execs use docker exec.
+   */
+  private daemonPaths(): Promise<DaemonPaths> {
+    this.daemonPathsFound ??= detectDaemonPaths(this.docker).then(
+      (paths) => {
+        if (paths.container !== null) {
+          const channel = this.execChannel && paths.hostPathOf(tmpdir()) === null ? "; the exec channel is off (this container's temp dir is not on the daemon's host): execs use docker exec" : "";
+          this.logger.info(`running in container ${paths.container.slice(0, 12)} of the Docker daemon: sandboxes are its siblings, bind mounts come from its mounts and volumes only${channel}`);
+        }
+        return paths;
+      },
+      (error: unknown) => {
+        this.daemonPathsFound = undefined;
+        throw error;
+      },
+    );
+    return this.daemonPathsFound;
+  }
+
   /** The trusted toolchain volume, filled once per runtime (through a container of `image`). */
   private toolchain(image: string): Promise<string> {
     this.toolchainVolume ??= ensureToolchainVolume(this.docker, image, this.logger).catch((error: unknown) => {
@@ -362,8 +393,10 @@ export class DockerRuntime implements SandboxRuntime {
   }
 
   /** Creates and starts one container; resolves once its entrypoint reported the log dirs ready. */
-  private async start(spec: ContainerSpec, name: string, labels: Record<string, string>, signal: AbortSignal | undefined): Promise<DockerSandbox> {
-    const channel = this.execChannel ? await ExecChannel.create(this.logger, { startTimeoutMs: this.channelStartTimeoutMs }) : null;
+  private async start(spec: ContainerSpec, paths: DaemonPaths, name: string, labels: Record<string, string>, signal: AbortSignal | undefined): Promise<DockerSandbox> {
+    // No channel directory at all where the daemon's host cannot see it (nothing to clean up there).
+    const channel = this.execChannel && paths.hostPathOf(tmpdir()) !== null ? await ExecChannel.create(this.logger, { startTimeoutMs: this.channelStartTimeoutMs }) : null;
+    const channelOnHost = channel ? paths.hostPathOf(channel.hostDir) : null;
     let container: Dockerode.Container;
     try {
       container = await this.docker.createContainer({
@@ -382,14 +415,24 @@ export class DockerRuntime implements SandboxRuntime {
         Labels: labels,
         Tty: false,
         OpenStdin: false,
-        HostConfig: channel ? { ...spec.hostConfig, Binds: [...(spec.hostConfig.Binds ?? []), channel.bind] } : spec.hostConfig,
+        HostConfig: channel && channelOnHost ? { ...spec.hostConfig, Binds: [...(spec.hostConfig.Binds ?? []), channel.bind(channelOnHost)] } : spec.hostConfig,
       });
     } catch (error) {
       await channel?.close();
       throw startFailure(`Creating a container from "${spec.image}" failed: ${daemonMessage(error)}`, error);
     }
     const sandbox = new DockerSandbox(container, spec.workdir, spec.imageUser, this.logger, (removal) => this.trackRemoval(removal), channel, this.fastPath);
-    sandbox.hostSocketForwarder = (path, port) => startHostSocketForwarder(this.docker, container, path, port, { image: this.forwarderImage, logger: this.logger });
+    sandbox.hostSocketForwarder = (path, port) => {
+      const onHost = paths.hostPathOf(path);
+      if (onHost === null) {
+        return Promise.reject(
+          new SandboxError(
+            `forwarding host socket ${path} into ${container.id}: this process runs in container ${paths.container?.slice(0, 12)} and ${path} is on its own filesystem, which the Docker daemon cannot bind into the sandbox; put the socket's directory on a bind mount or volume of this container (e.g. TMPDIR on one)`,
+          ),
+        );
+      }
+      return startHostSocketForwarder(this.docker, container, onHost, port, { image: this.forwarderImage, logger: this.logger });
+    };
     try {
       throwIfAborted(signal);
       // Docker creates the workdir; the entrypoint creates the log dirs and reports on stdout.
@@ -431,6 +474,21 @@ export class DockerRuntime implements SandboxRuntime {
       throw error;
     }
   }
+}
+
+/** `mounts` with their host paths as the daemon's host has them; one it has not is a SandboxStartError saying how to share it. */
+function onDaemonHost(mounts: SandboxCreateOptions["mounts"], paths: DaemonPaths): SandboxCreateOptions["mounts"] {
+  if (!mounts || paths.container === null) return mounts;
+  return mounts.map((mount) => {
+    if (!isAbsolute(mount.hostPath)) return mount; // refused with its own message when applied
+    const hostPath = paths.hostPathOf(mount.hostPath);
+    if (hostPath === null) {
+      throw new SandboxStartError(
+        `mount ${mount.hostPath} -> ${mount.sandboxPath}: this process runs in container ${paths.container?.slice(0, 12)} and ${mount.hostPath} is on its own filesystem, which the Docker daemon cannot bind into a sandbox; keep it on a bind mount or volume of this container (for proctor-worker: PROCTOR_WORKER_DIR on one)`,
+      );
+    }
+    return { ...mount, hostPath };
+  });
 }
 
 function throwIfAborted(signal: AbortSignal | undefined): void {

@@ -177,6 +177,7 @@ export interface FileAuditReport {
 
 /** A process seen by a file audit. Pids are host pids; `id` is unique in the report (a pid number may be reused). */
 export interface FileAuditProcess {
+  /** Its index in `FileAuditReport.processes`. */
   id: number;
   pid: number;
   /** Its pid inside the sandbox; null for a process outside it (the daemon copying files) or a `gone` one. */
@@ -214,8 +215,8 @@ export interface FileAccess {
   /**
    * Sandbox path of the file itself (links resolved), as the kernel named it when the audit read
    * the event (usually within milliseconds): a file renamed or deleted meanwhile shows its new
-   * name, or ends in " (deleted)".
-   * Processes outside the sandbox show host paths. Bytes that are not UTF-8 read as U+FFFD.
+   * name, or ends in " (deleted)". A file a process outside the sandbox opened (the daemon) is
+   * named by its sandbox path too. Bytes that are not UTF-8 read as U+FFFD.
    */
   path: string;
   /** The FileAuditProcess `id`. */

@@ -93,7 +93,8 @@ export async function judgeAudit(input: AuditInput): Promise<AuditVerdict> {
   const shadowCandidates: { path: string; shadows: string[] }[] = [];
   for (const access of report.accesses) {
     const process = byId.get(access.processId);
-    if (!process) continue;
+    // Processes outside the sandbox (the daemon copying files) are not the verifier.
+    if (!process || (process.containerPid === null && process.origin !== "gone")) continue;
     const path = access.path.replace(/ \(deleted\)$/, "");
     const who = sideOf(process);
     if (access.kind === "write") {

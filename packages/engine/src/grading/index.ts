@@ -8,10 +8,10 @@ import { judgeAudit } from "./audit-policy";
 import { captureOutputs, placeOutputs, releaseOutputs, startGraderSandbox, type CapturedOutputs } from "./fresh";
 import { runVerifier, rewardChangedAfterRead, type RewardRead } from "./launcher";
 import { planGrading, type GradingMode, type GradingPlan } from "./plan";
+import { adminOptions, asStopped, assertRunning, trusted } from "./sandbox-tools";
 
 /** Places every agent writes to that no test looks at: not worth a note when left out. */
 const SCRATCH = picomatch(["/tmp/**", "/var/tmp/**", "/root/.cache/**", "/root/.npm/**", "/var/cache/**", "/var/lib/apt/**", "/var/lib/dpkg/**", "/var/log/**", "/logs/**", "/agent/**", "/solution/**", "/tests/**", "/.proctor-channel", "/.proctor-channel/**", "/opt/proctor/**", "/run/**", "/proc/**", "/dev/**", "/etc/ld.so.cache"], { dot: true });
-import { adminOptions, asStopped, assertRunning, trusted } from "./sandbox-tools";
 
 export { planGrading, pathsNamedByTests } from "./plan";
 export type { GradingMode, GradingPlan } from "./plan";
