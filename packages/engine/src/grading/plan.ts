@@ -38,7 +38,7 @@ const SCAN_MAX_FILES = 2000;
  * Absolute paths in a text: a `/` that starts a word (not inside a URL, a relative path, or after
  * an expansion such as `$HOME/.x`, `${W}/x`, `"$W"/x`, or in `1/2`), followed by path characters.
  */
-const ABSOLUTE_PATH = /(?<![\w.:/~$}\-])(?<![}\w]["'])\/[A-Za-z0-9._+-]+(?:\/[A-Za-z0-9._+-]+)*/g;
+const ABSOLUTE_PATH = /(?<![\w.:/~$}-])(?<![}\w]["'])\/[A-Za-z0-9._+-]+(?:\/[A-Za-z0-9._+-]+)*/g;
 
 function under(path: string, root: string): boolean {
   const r = root.replace(/\/+$/, "") || "/";
