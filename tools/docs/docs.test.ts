@@ -4,8 +4,9 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, rm, symlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, relative, resolve } from "node:path";
-import type { Command } from "commander";
 import { buildProgram } from "../../apps/cli/src/program";
+
+type Command = ReturnType<typeof buildProgram>;
 
 // The docs a newcomer follows: README.md and docs/*.md. Every relative link must lead to a file,
 // every `proctor` flag a doc shows must be one its command's --help lists, and the task guide's

@@ -19,7 +19,7 @@ export class ClientError extends Error {
 const UNREACHABLE = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "ETIMEDOUT", "UND_ERR_CONNECT_TIMEOUT"]);
 
 /** The socket error code of a failed request (undici puts the system error in `cause`), or null. */
-export function socketErrorCode(error: unknown): string | null {
+function socketErrorCode(error: unknown): string | null {
   for (let e: unknown = error, depth = 0; e && typeof e === "object" && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
     const code = (e as { code?: unknown }).code;
     if (typeof code === "string" && (UNREACHABLE.has(code) || code.startsWith("E"))) return code;

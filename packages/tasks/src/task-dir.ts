@@ -35,5 +35,5 @@ export async function loadTaskDir(dir: string, options: TermExecutorOptions = {}
 
 
 /** What a task directory must hold, for messages. */
-export const NOT_A_TASK =
+const NOT_A_TASK =
   "is not a task directory: expected task.toml + instruction.md + tests/test.sh (Harbor / Terminal-Bench 2), task.yaml (Terminal-Bench 1) or workspace.yaml + prompt.md (term-executor)";
