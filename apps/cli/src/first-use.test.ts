@@ -5,6 +5,7 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { startRedisServer } from "@proctor/queue";
 import { finish, listeningUrl, proctor, repoRoot, spawnProctor, type Finished } from "./test-support";
 
 // Mistakes a newcomer makes in the first hour. Each is answered with one line naming what was
@@ -168,5 +169,38 @@ describe("saying what runs and what failed", () => {
     const log = /verifier log (\S+test-stdout\.txt)/.exec(r.stderr)?.[1] ?? "";
     expect(existsSync(log), log).toBe(true);
     await rm(kept ?? "", { recursive: true, force: true });
+  });
+});
+
+describe("a queued run whose Redis goes away", () => {
+  test("says so once and still stops on SIGTERM: exit 130, resumable", async () => {
+    const redis = await startRedisServer();
+    let stopped = false;
+    try {
+      const child = spawnProctor(["run", examples, "--runtime", "local", "-o", work, "--run-id", "redis-gone", "--queue", redis.url]);
+      const done = guard(child, 120_000);
+      let stderr = "";
+      const seen = (pattern: RegExp) =>
+        new Promise<void>((resolve) => {
+          const check = () => pattern.test(stderr) && resolve();
+          child.stderr?.on("data", (c: Buffer) => {
+            stderr += c.toString();
+            check();
+          });
+          check();
+        });
+      // No worker: the run waits on Redis, then Redis stops under it.
+      await seen(/waiting for workers/);
+      await redis.stop();
+      stopped = true;
+      await seen(/is unreachable/);
+      child.kill("SIGTERM");
+      const r = await done;
+      expect(r.code, `${r.stderr}\n${r.stdout}`).toBe(130);
+      expect(r.stderr.match(/Redis at \S+ is unreachable/g), r.stderr).toHaveLength(1);
+      expect(r.stderr).toContain("proctor run --resume");
+    } finally {
+      if (!stopped) await redis.stop();
+    }
   });
 });

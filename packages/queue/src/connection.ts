@@ -73,22 +73,26 @@ export function bullConnection(target: QueueTarget): ConnectionOptions {
  * A connection that says clearly, once per outage, that Redis is gone and that it keeps
  * retrying, and says when it is back.
  */
-export function connect(target: QueueTarget, logger: Logger, role: string): Redis {
+export function connect(target: QueueTarget, logger: Logger, role: string, outage: Outage = { down: false }): Redis {
   const redis = new Redis(redisOptions(target));
-  watchConnection(redis, target, logger, role);
+  watchConnection(redis, target, logger, role, outage);
   return redis;
 }
 
-export function watchConnection(emitter: { on(event: string, fn: (...args: any[]) => void): unknown }, target: QueueTarget, logger: Logger, role: string): void {
-  let down = false;
+/** Whether Redis is away, shared by one side's connections so an outage is reported once, not once per connection. */
+export interface Outage {
+  down: boolean;
+}
+
+export function watchConnection(emitter: { on(event: string, fn: (...args: any[]) => void): unknown }, target: QueueTarget, logger: Logger, role: string, outage: Outage = { down: false }): void {
   emitter.on("error", (error: Error) => {
-    if (down) return;
-    down = true;
+    if (outage.down) return;
+    outage.down = true;
     logger.error(`Redis at ${target.display} is unreachable (${error.message}); ${role} keeps retrying, nothing is lost`, { role });
   });
   emitter.on("ready", () => {
-    if (!down) return;
-    down = false;
+    if (!outage.down) return;
+    outage.down = false;
     logger.info(`Redis at ${target.display} is back; ${role} continues`, { role });
   });
 }
