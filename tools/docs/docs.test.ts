@@ -117,3 +117,25 @@ describe("the task guide runs as written", () => {
     }
   });
 });
+
+describe("the README's quick start runs", () => {
+  test("its proctor command (the install line's last part) runs the examples, every task passing", async () => {
+    const install = fences(text("README.md")).find((f) => f.lang === "sh" && f.body.includes("pnpm install"));
+    const command = /(?:^|&&\s*)(proctor run [^&\n]+)$/m.exec(install?.body ?? "")?.[1]?.trim();
+    expect(command, "README's install line ends with a proctor run").toBeDefined();
+    const work = await mkdtemp(join(tmpdir(), "proctor-readme-"));
+    try {
+      // As written, from the repository root; the local runtime and a temp out dir keep it fast and clean.
+      const args = [...(command ?? "").split(/\s+/).slice(1), "--runtime", "local", "-o", work];
+      const r = await new Promise<{ code: number; stdout: string; stderr: string }>((done) => {
+        execFile(join(repo, "tools/bin/proctor"), args, { cwd: repo, env: { ...process.env, FORCE_COLOR: "0" } }, (error, stdout, stderr) =>
+          done({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+        );
+      });
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toMatch(/pass rate\s+100\.0% \(4\/4 /);
+    } finally {
+      await rm(work, { recursive: true, force: true });
+    }
+  });
+});
