@@ -127,10 +127,12 @@ describe("proctor-worker on a queue (local runtime)", () => {
     await writeFile(gate, "");
     expect(await worker.exited, worker.output()).toBe(0);
 
-    // The running trial finished and was logged; the other was never taken.
+    // The running trial started, finished and was logged; the other was never taken.
     const lines = worker.output().split("\n").filter((l) => l.startsWith("trial="));
-    expect(lines).toHaveLength(1);
-    expect(lines[0]).toMatch(/^trial=gated-\d__1 run=drain worker=app-1 task=gated-\d status=passed reward=1 duration=\d+\.\ds$/);
+    expect(lines).toHaveLength(2);
+    expect(lines[0]).toMatch(/^trial=gated-\d__1 run=drain worker=app-1 task=gated-\d status=started retry=0$/);
+    expect(lines[1]).toMatch(/^trial=gated-\d__1 run=drain worker=app-1 task=gated-\d status=passed reward=1 duration=\d+\.\ds$/);
+    expect(lines[1]?.split(" ")[0]).toBe(lines[0]?.split(" ")[0]);
     expect(worker.output()).toContain("worker app-1 stopped");
 
     // A second worker picks up the rest; its metrics count what it ran.

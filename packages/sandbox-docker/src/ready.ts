@@ -8,10 +8,19 @@ export const SETUP_FAILED = "proctor-sandbox-setup-failed";
 /** How long a started container may take to print READY before giving up. */
 const READY_TIMEOUT_MS = 60_000;
 
-/** What the entrypoint reported: the keep-alive's pid, and whether it serves the exec channel. */
+export const NETWORK_FILES = "proctor-network-files";
+
+/** /etc/hosts and /etc/resolv.conf as a container started, before anything else ran in it. */
+export interface NetworkFiles {
+  hosts: string;
+  resolvConf: string;
+}
+
+/** What the entrypoint reported: the keep-alive's pid, whether it serves the exec channel, its network files. */
 export interface ReadyReport {
   pid: number;
   channel: boolean;
+  networkFiles: NetworkFiles | null;
 }
 
 /**
@@ -40,7 +49,7 @@ function waitForReady(stream: Duplex, timeoutMs: number, signal: AbortSignal | u
   return new Promise((resolve, reject) => {
     let seen = "";
     let done = false;
-    const finish = (error: Error | null, report: ReadyReport = { pid: 0, channel: false }) => {
+    const finish = (error: Error | null, report: ReadyReport = { pid: 0, channel: false, networkFiles: null }) => {
       if (done) return;
       done = true;
       clearTimeout(timer);
@@ -58,7 +67,11 @@ function waitForReady(stream: Duplex, timeoutMs: number, signal: AbortSignal | u
         finish(new SandboxStartError(`Creating ${SANDBOX_PATHS.agentLogs} and ${SANDBOX_PATHS.verifierLogs} in the container failed: ${seen.replace(SETUP_FAILED, "").trim().slice(-500)}`));
       } else {
         const ready = new RegExp(`${READY} (\\d+)( chan)?\n`).exec(seen);
-        if (ready) finish(null, { pid: Number(ready[1]), channel: ready[2] !== undefined });
+        if (ready) {
+          const files = new RegExp(`${NETWORK_FILES} ([A-Za-z0-9+/=]*) ([A-Za-z0-9+/=]*)\n`).exec(seen);
+          const decode = (b64: string) => Buffer.from(b64, "base64").toString("utf8");
+          finish(null, { pid: Number(ready[1]), channel: ready[2] !== undefined, networkFiles: files ? { hosts: decode(files[1] ?? ""), resolvConf: decode(files[2] ?? "") } : null });
+        }
       }
     });
     stream.on("data", (chunk: Buffer) => demux.push(chunk));

@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { isAbsolute } from "node:path";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { isAbsolute, join } from "node:path";
 import { hostname, tmpdir } from "node:os";
 import Dockerode from "dockerode";
 import {
@@ -25,7 +26,7 @@ import { currentOwnerLabel, ownerIsGone, parseOwner } from "./owner";
 import { WarmPool } from "./pool";
 import { DockerSandbox } from "./sandbox";
 import { dockerCapabilities } from "./capabilities";
-import { READY, SETUP_FAILED, startAndWaitReady } from "./ready";
+import { NETWORK_FILES, READY, SETUP_FAILED, startAndWaitReady, type NetworkFiles } from "./ready";
 import { CHANNEL_DIR, CHANNEL_LOOP, CHANNEL_TEMP_PREFIX, ExecChannel } from "./channel";
 import { watchOwner } from "./watchdog";
 import { DEFAULT_FORWARDER_IMAGE, startHostSocketForwarder } from "./host-socket";
@@ -139,7 +140,7 @@ export const DROPPED_CAPABILITIES = ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP
 const ENTRYPOINT = `ch=
 if [ -n "$3" ] && [ -p "$3/ctl" ] && [ -p "$3/live" ]; then exec 3<"$3/ctl" 5>"$3/live"; ch=" chan"; fi
 if mkdir -p ${SANDBOX_PATHS.agentLogs} ${SANDBOX_PATHS.verifierLogs} && { [ -z "$1" ] || chown "$1" ${SANDBOX_PATHS.agentLogs}; }
-then echo ${READY} $$$ch; else echo ${SETUP_FAILED}; fi
+then echo "${NETWORK_FILES} $(${TRUSTED_BUSYBOX} base64 -w0 /etc/hosts 2>/dev/null) $(${TRUSTED_BUSYBOX} base64 -w0 /etc/resolv.conf 2>/dev/null)"; echo ${READY} $$$ch; else echo ${SETUP_FAILED}; fi
 trap 'exit 0' TERM INT
 if [ -n "$ch" ]; then
 ${CHANNEL_LOOP}
@@ -152,6 +153,8 @@ done`;
 export const KEEPALIVE_TAG = "proctor-init";
 /** Lifetimes are rounded up to this, so pooled containers of trials with similar budgets share a key. */
 const DEFAULT_LIFETIME_STEP_MS = 60_000;
+/** Temp dirs holding a joined sandbox's own copies of the network files. */
+const NETWORK_FILES_PREFIX = "proctor-netfiles-";
 
 /**
  * The Docker sandbox runtime: one container per sandbox, driven through the Engine API (never
@@ -161,6 +164,8 @@ export class DockerRuntime implements SandboxRuntime {
   readonly name = "docker";
   readonly capabilities: SandboxCapabilities;
   private toolchainVolume: Promise<string> | undefined;
+  /** Each running container's /etc/hosts and /etc/resolv.conf as it started (for sandboxes joining its network). */
+  private readonly networkFiles = new Map<string, NetworkFiles>();
   private readonly lifetimeStepMs: number;
   private readonly watchdog: boolean;
   private readonly forwarderImage: string;
@@ -303,10 +308,10 @@ export class DockerRuntime implements SandboxRuntime {
     }
     const toolchain = await this.toolchain(options.image);
     const paths = await this.daemonPaths();
-    const spec = await this.containerSpec({ ...options, mounts: onDaemonHost(options.mounts, paths) }, imageInfo, toolchain);
     const trial = options.labels?.[LABELS.trial];
-    // A sandbox sharing another's network namespace cannot be started before that one is named.
-    if (!this.pool.enabled || options.joinNetworkOf) return this.start(spec, paths, containerName(trial), spec.labels, signal);
+    if (options.joinNetworkOf) return this.startJoined(options, options.joinNetworkOf, imageInfo, toolchain, paths, containerName(trial));
+    const spec = await this.containerSpec({ ...options, mounts: onDaemonHost(options.mounts, paths) }, imageInfo, toolchain);
+    if (!this.pool.enabled) return this.start(spec, paths, containerName(trial), spec.labels, signal);
 
     // The image's id, not its name, so a rebuilt tag never hands out a container of the old image.
     const key = poolKey(imageInfo.Id, { ...options, lifetimeMs: roundLifetimeSec(options.lifetimeMs, this.lifetimeStepMs) });
@@ -392,8 +397,34 @@ export class DockerRuntime implements SandboxRuntime {
     return { image: options.image, lifetimeSec: roundLifetimeSec(options.lifetimeMs, this.lifetimeStepMs), imageUser, workdir, env, labels, hostConfig };
   }
 
+  /**
+   * A container on `other`'s network namespace. Docker would share the other container's
+   * /etc/hosts and /etc/resolv.conf files with it, which that container's processes may have
+   * rewritten: it gets read-only copies of them as the other container started instead (when the
+   * daemon can see this process's temp dir; else `networkFilesShared` says it could not).
+   */
+  private async startJoined(options: SandboxCreateOptions, other: string, imageInfo: Dockerode.ImageInspectInfo, toolchain: string, paths: DaemonPaths, name: string): Promise<DockerSandbox> {
+    const files = this.networkFiles.get(other);
+    const dir = files && (paths.container === null || paths.hostPathOf(tmpdir()) !== null) ? await mkdtemp(join(tmpdir(), NETWORK_FILES_PREFIX)) : null;
+    try {
+      const mounts = [...(options.mounts ?? [])];
+      if (dir && files) {
+        await writeFile(join(dir, "hosts"), files.hosts, { mode: 0o644 });
+        await writeFile(join(dir, "resolv.conf"), files.resolvConf, { mode: 0o644 });
+        mounts.push({ hostPath: join(dir, "hosts"), sandboxPath: "/etc/hosts", readOnly: true }, { hostPath: join(dir, "resolv.conf"), sandboxPath: "/etc/resolv.conf", readOnly: true });
+      }
+      const spec = await this.containerSpec({ ...options, mounts: onDaemonHost(mounts, paths) }, imageInfo, toolchain);
+      const sandbox = await this.start(spec, paths, name, spec.labels, options.signal, dir ? () => rm(dir, { recursive: true, force: true }) : undefined);
+      sandbox.networkFilesShared = dir === null;
+      return sandbox;
+    } catch (error) {
+      if (dir) await rm(dir, { recursive: true, force: true });
+      throw error;
+    }
+  }
+
   /** Creates and starts one container; resolves once its entrypoint reported the log dirs ready. */
-  private async start(spec: ContainerSpec, paths: DaemonPaths, name: string, labels: Record<string, string>, signal: AbortSignal | undefined): Promise<DockerSandbox> {
+  private async start(spec: ContainerSpec, paths: DaemonPaths, name: string, labels: Record<string, string>, signal: AbortSignal | undefined, afterRemoval?: () => Promise<void>): Promise<DockerSandbox> {
     // No channel directory at all where the daemon's host cannot see it (nothing to clean up there).
     const channel = this.execChannel && paths.hostPathOf(tmpdir()) !== null ? await ExecChannel.create(this.logger, { startTimeoutMs: this.channelStartTimeoutMs }) : null;
     const channelOnHost = channel ? paths.hostPathOf(channel.hostDir) : null;
@@ -421,7 +452,11 @@ export class DockerRuntime implements SandboxRuntime {
       await channel?.close();
       throw startFailure(`Creating a container from "${spec.image}" failed: ${daemonMessage(error)}`, error);
     }
-    const sandbox = new DockerSandbox(container, spec.workdir, spec.imageUser, this.logger, (removal) => this.trackRemoval(removal), channel, this.fastPath);
+    const removed = (removal: Promise<void>) => {
+      this.networkFiles.delete(container.id);
+      this.trackRemoval(afterRemoval ? removal.finally(afterRemoval) : removal);
+    };
+    const sandbox = new DockerSandbox(container, spec.workdir, spec.imageUser, this.logger, removed, channel, this.fastPath);
     sandbox.hostSocketForwarder = (path, port) => {
       const onHost = paths.hostPathOf(path);
       if (onHost === null) {
@@ -439,6 +474,7 @@ export class DockerRuntime implements SandboxRuntime {
       await channel?.arm();
       const ready = await startAndWaitReady(container, () => container.start(), signal);
       sandbox.keepAlivePid = ready.pid;
+      if (ready.networkFiles) this.networkFiles.set(container.id, ready.networkFiles);
       await channel?.started(ready.channel);
       throwIfAborted(signal);
     } catch (error) {

@@ -127,6 +127,8 @@ export class DockerSandbox implements Sandbox {
   readonly adminUser = "0";
   /** Pid of the container's keep-alive (set by the runtime once the container reported ready). */
   keepAlivePid = 0;
+  /** See Sandbox.networkFilesShared (set by the runtime for a sandbox joining another's network). */
+  networkFilesShared = false;
   private killing: Promise<void> | undefined;
   private closed = false;
   /** Set once halt() confirmed that every process is gone: the files no longer change. */

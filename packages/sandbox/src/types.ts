@@ -49,7 +49,9 @@ export interface SandboxCreateOptions {
   /**
    * capabilities.joinNetwork: share the network namespace of this running sandbox (its id)
    * instead of getting one of its own (`network` is then ignored): services its processes serve
-   * on localhost stay reachable, while files and processes stay apart.
+   * on localhost stay reachable, while files and processes stay apart. Name resolution
+   * (/etc/hosts, /etc/resolv.conf) is the other sandbox's as it started, not as its processes
+   * left it, where the runtime can do that (see Sandbox.networkFilesShared).
    */
   joinNetworkOf?: string;
   env?: Record<string, string>;
@@ -309,6 +311,11 @@ export interface Sandbox extends AsyncDisposable {
   readonly capabilities: SandboxCapabilities;
   /** Sandbox path of the working directory. */
   readonly workdir: string;
+  /**
+   * Created with joinNetworkOf and resolving names with the other sandbox's /etc/hosts and
+   * /etc/resolv.conf as its processes left them (the runtime could not give it the originals).
+   */
+  readonly networkFilesShared?: boolean;
   /**
    * Command prefix that runs a trusted tool: `[...trustedTools, "sh", "-c", script]`. A path the
    * sandbox's processes cannot change (capabilities.trustedTools), or `[]` to run host tools

@@ -2,9 +2,13 @@ import { lstat, readlink, rm } from "node:fs/promises";
 import { join, posix } from "node:path";
 import { makeOwnedTempDir, removeOrphanTempDirs, SandboxStartError, type Sandbox } from "@proctor/sandbox";
 import { repoUrl } from "../workspace";
-import { CHECKOUT_MS, HOUSEKEEPING_MS, SANDBOX_START_MS, effectiveLimits, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
+import { CHECKOUT_MS, HOUSEKEEPING_MS, SANDBOX_START_MS, effectiveLimits, message, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
 import { installWorkspace } from "../trial/workspace";
 import { containerSettingsFor } from "../trial/grade-competition";
+import { existsSync } from "node:fs";
+import type { TaskSpec } from "@proctor/schema";
+import { SwebenchGrading } from "@proctor/tasks";
+import { HARDENED_ENV } from "./hardened";
 import { changesRunner, diffRepository, screenStaged, stageFiles, textOf } from "./repo-diff";
 import { adminOptions, trusted } from "./sandbox-tools";
 import type { GradingPlan } from "./plan";
@@ -12,7 +16,7 @@ import type { GradingPlan } from "./plan";
 /** Start of the host staging dirs that carry an agent's outputs to its grader (named after their process). */
 export const OUTPUTS_TEMP_PREFIX = "proctor-out-";
 /** The most bytes of outputs fresh grading carries from the agent's sandbox. */
-export const OUTPUTS_MAX_BYTES = 4 * 1024 * 1024 * 1024;
+const OUTPUTS_MAX_BYTES = 4 * 1024 * 1024 * 1024;
 
 /** The agent's outputs, held on this host between the agent's sandbox and the grader's. */
 export interface CapturedOutputs {
@@ -72,9 +76,81 @@ export async function releaseOutputs(captured: CapturedOutputs | null): Promise<
   if (captured) await rm(captured.dir, { recursive: true, force: true });
 }
 
+/**
+ * Repository files the tests' run relies on that the agent's diff must leave as the base commit
+ * has them: the package files (`__init__.py`) of the directories the test files are in, and the
+ * scripts and settings the test command runs from the repository (Django's tests/runtests.py and
+ * its settings module, sympy's bin/test). What the test patch itself writes is restored anyway.
+ */
+function protectedFiles(task: TaskSpec, base: string): string[] {
+  const out = new Set<string>();
+  const grading = SwebenchGrading.safeParse(task.extra.swebench);
+  const commands: string[] = [];
+  if (grading.success) {
+    for (const m of grading.data.testPatch.matchAll(/^\+\+\+ b\/(.+)$/gm)) {
+      let dir = posix.dirname((m[1] as string).trim());
+      while (dir !== "." && dir !== "/") {
+        out.add(posix.join(dir, "__init__.py"));
+        dir = posix.dirname(dir);
+      }
+    }
+    if (grading.data.testCmd) commands.push(grading.data.testCmd);
+  }
+  if (task.verifier.mode === "checks") commands.push(...task.verifier.checks.map((c) => c.command));
+  for (const command of commands) {
+    for (const raw of command.split(/[\s;&|()]+/)) {
+      const token = raw.replace(/^["']|["']$/g, "");
+      const settings = /^--settings=([\w.]+)$/.exec(token);
+      const candidates = settings ? [`${settings[1]?.replace(/\./g, "/")}.py`, `tests/${settings[1]?.replace(/\./g, "/")}.py`] : [token.replace(/^\.\//, "")];
+      for (const c of candidates) {
+        if (c && !c.startsWith("/") && !c.split("/").includes("..") && /[/.]/.test(c) && existsSync(join(base, c))) out.add(c);
+      }
+    }
+  }
+  return [...out].sort();
+}
+
+/** Which of `names` the grader's own Python imports from somewhere already (the image's site or standard library). */
+async function importable(grader: Sandbox, names: readonly string[], signal: AbortSignal): Promise<Set<string>> {
+  if (names.length === 0) return new Set();
+  const script = `${HARDENED_ENV}
+command -v python3 >/dev/null 2>&1 || exit 0
+exec python3 -c 'import importlib.util, sys
+for n in sys.argv[1:]:
+    try:
+        if importlib.util.find_spec(n) is not None: print(n)
+    except Exception:
+        pass' "$@"`;
+  const result = await grader.exec(trusted(grader, script, [...new Set(names)]), { ...adminOptions(grader), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal });
+  if (result.exitCode !== 0) throw new GraderError(`asking the grader's Python which modules it imports failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
+  return new Set(result.stdout.split("\n").filter(Boolean));
+}
+
 /** The grader's sandbox could not be prepared with its own trusted tools: a `verifier` error. */
 export class GraderError extends Error {
   override name = "GraderError";
+}
+
+/**
+ * What the agent left could not be read as outputs (a name git or the file system refuses, a
+ * file of a kind that cannot be copied): the agent's error, so it stays among the scored trials.
+ */
+export class OutputsUnusableError extends Error {
+  override name = "OutputsUnusableError";
+}
+
+/** The host's own trouble (space, descriptors, memory, I/O): never blamed on the agent. */
+const HOST_ERRORS = new Set(["ENOSPC", "EDQUOT", "EIO", "EMFILE", "ENFILE", "ENOMEM", "EROFS"]);
+
+/** Runs `work` on the staged outputs; a failure the outputs themselves cause becomes OutputsUnusableError. */
+export async function onOutputs<T>(what: string, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException | null)?.code;
+    if (code && HOST_ERRORS.has(code)) throw error;
+    throw new OutputsUnusableError(`${what} failed on what the agent left: ${message(error).slice(0, 300)}`, { cause: error });
+  }
 }
 
 /** The agent's outputs went past OUTPUTS_MAX_BYTES. */
@@ -164,9 +240,9 @@ export async function placeOutputs(attempt: SandboxAttempt, grader: Sandbox, cap
     const placed: PlacedOutputs = { tampered: [], flags: [], skipped: [] };
     for (const { path, staged } of captured.paths) {
       if (!staged) continue;
-      for (const runner of await screenStaged(staged, path, placed.skipped)) {
+      for (const runner of await onOutputs(`reading ${path}`, () => screenStaged(staged, path, placed.skipped, placed.tampered))) {
         const before = await grader.readFile(runner.path, { maxBytes: 4 * 1024 * 1024 }).then((b) => b?.toString("utf8") ?? null, () => "\0unreadable");
-        if (changesRunner(runner.path, before, await textOf(runner.host))) placed.tampered.push(runner.path);
+        if (changesRunner(runner.path, before, await onOutputs(`reading ${runner.path}`, () => textOf(runner.host)))) placed.tampered.push(`${runner.path} (changes how the tests run)`);
       }
     }
     if (placed.tampered.length > 0) return placed;
@@ -184,17 +260,20 @@ export async function placeOutputs(attempt: SandboxAttempt, grader: Sandbox, cap
     repoUrl(ws.repo, task.sourcePath),
     ws.baseCommit,
     async (base) => {
-      const diff = await diffRepository(base, tree);
+      const diff = await onOutputs("comparing the repository with its base commit", () => diffRepository(base, tree, protectedFiles(task, base)));
       const inRepo = (p: string) => posix.join(grader.workdir, p);
       if (diff.tampered.length > 0) return { tampered: diff.tampered.map(inRepo), flags: diff.flags, skipped: [] };
       await grader.upload(base, grader.workdir);
+      const shadows = await importable(grader, diff.topLevelModules.map((m) => m.name), signal);
+      const shadowing = diff.topLevelModules.filter((m) => shadows.has(m.name));
+      if (shadowing.length > 0) return { tampered: shadowing.map((m) => `${inRepo(m.path)} (a new module named like ${m.name}, which Python already imports from elsewhere)`), flags: diff.flags, skipped: [] };
       const installed = await installWorkspace(graderAttempt, "grader-install.log");
       // As before the agent, a failed install is recorded (once) and the tests still run.
       if (installed !== null && !attempt.state.errors.some((e) => e.kind === "setup")) {
         attempt.state.errors.push({ kind: "setup", message: `the grader's sandbox: ${installed}` });
       }
       const staging = join(captured.dir, "diff");
-      await stageFiles(tree, diff.changed, staging);
+      await onOutputs("copying the repository's changed files", () => stageFiles(tree, diff.changed, staging));
       await removeIn(grader, [...diff.changed, ...diff.deleted].map((p) => posix.join(grader.workdir, p)), signal);
       if (diff.changed.length > 0) await grader.upload(staging, grader.workdir);
       return { tampered: diff.tampered.map(inRepo), flags: diff.flags, skipped: diff.skipped.map((p) => `${inRepo(p)} (bytecode is not carried)`) };

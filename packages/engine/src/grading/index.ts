@@ -9,13 +9,14 @@ import { captureOutputs, placeOutputs, releaseOutputs, startGraderSandbox, type 
 import { runVerifier, rewardChangedAfterRead, type RewardRead } from "./launcher";
 import { planGrading, type GradingMode, type GradingPlan } from "./plan";
 import { adminOptions, asStopped, assertRunning, trusted } from "./sandbox-tools";
+import { forbiddenLink, SHARED_FORBIDDEN_TARGETS } from "./repo-diff";
 
 /** Places every agent writes to that no test looks at: not worth a note when left out. */
-const SCRATCH = picomatch(["/tmp/**", "/var/tmp/**", "/root/.cache/**", "/root/.npm/**", "/var/cache/**", "/var/lib/apt/**", "/var/lib/dpkg/**", "/var/log/**", "/logs/**", "/agent/**", "/solution/**", "/tests/**", "/.proctor-channel", "/.proctor-channel/**", "/opt/proctor/**", "/run/**", "/proc/**", "/dev/**", "/etc/ld.so.cache"], { dot: true });
+const SCRATCH = picomatch(["/tmp/**", "/var/tmp/**", "/root/.cache/**", "/root/.npm/**", "/var/cache/**", "/var/lib/apt/**", "/var/lib/dpkg/**", "/var/log/**", "/logs/**", "/agent/**", "/solution/**", "/tests/**", "/.proctor-channel", "/.proctor-channel/**", "/opt/proctor/**", "/.proctor", "/.proctor/**", "/usr/sbin/docker-init", "/run/**", "/proc/**", "/dev/**", "/etc/ld.so.cache"], { dot: true });
 
 export { planGrading, pathsNamedByTests } from "./plan";
 export type { GradingMode, GradingPlan } from "./plan";
-export { GraderError, OutputsTooLargeError, OUTPUTS_TEMP_PREFIX } from "./fresh";
+export { GraderError, OutputsTooLargeError, OutputsUnusableError, OUTPUTS_TEMP_PREFIX } from "./fresh";
 
 /**
  * Grading one trial, after its agent: the one interface both modes implement. The trial calls
@@ -187,6 +188,7 @@ class FreshGrading extends BaseGrading {
     if (!this.captured) throw new Error("prepare() before outputs()");
     this.grader = await startGraderSandbox(this.attempt, this.image, this.joinNetworkOf);
     this.verifierSandbox = this.grader;
+    if (this.grader.networkFilesShared) this.flag("graded on the agent's network namespace with /etc/hosts and /etc/resolv.conf as the agent left them (the Docker daemon cannot see this process's temp dir, where the grader's own copies would be)");
     const placed = await placeOutputs(this.attempt, this.grader, this.captured);
     await releaseOutputs(this.captured);
     this.captured = null;
@@ -218,6 +220,7 @@ class FreshGrading extends BaseGrading {
 class SharedGrading extends BaseGrading {
   private audit: FileAudit | null = null;
   private changesBefore: FileChange[] = [];
+  private links: { path: string; target: string; resolved: string }[] = [];
 
   async outputs(): Promise<void> {
     const { sandbox, task, env, state } = this.attempt;
@@ -249,8 +252,36 @@ class SharedGrading extends BaseGrading {
       return true;
     }
     this.changesBefore = await sandbox.changes();
+    this.links = await this.agentLinks(sandbox, this.changesBefore);
+    const forbidden = this.links.flatMap((l) => {
+      const why = forbiddenLink(l.path, l.target, SHARED_FORBIDDEN_TARGETS);
+      return why ? [`${l.path} (${why})`] : [];
+    });
+    if (forbidden.length > 0) {
+      this.tampered(forbidden, " (links to what only the verifier brings, or to file systems the audit cannot watch)");
+      return false;
+    }
     this.audit = await sandbox.auditFiles();
     return true;
+  }
+
+  /**
+   * The links among what the agent added or changed: each with its target as written and what
+   * it resolves to, read with the sandbox's trusted tools before the tests run.
+   */
+  private async agentLinks(sandbox: Sandbox, changes: readonly FileChange[]): Promise<{ path: string; target: string; resolved: string }[]> {
+    const paths = changes.filter((c) => c.kind !== "deleted").map((c) => c.path);
+    const found: { path: string; target: string; resolved: string }[] = [];
+    for (let i = 0; i < paths.length; i += 2000) {
+      // One line per link: its path, its target as written, what it resolves to (tab-separated).
+      const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do if [ -L "$p" ]; then printf "%s\t%s\t%s\n" "$p" "$(readlink "$p")" "$(readlink -f "$p")"; fi; done; exit 0', paths.slice(i, i + 2000)), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
+      if (result.exitCode !== 0) throw new Error(`listing the agent's links failed (exit ${result.exitCode}): ${result.stderr.slice(-300)}`);
+      for (const line of result.stdout.split("\n").filter(Boolean)) {
+        const [path = "", target = "", resolved = ""] = line.split("\t");
+        found.push({ path, target, resolved: resolved || posix.resolve(posix.dirname(path), target) });
+      }
+    }
+    return found;
   }
 
   async verify(): Promise<void> {
@@ -271,6 +302,7 @@ class SharedGrading extends BaseGrading {
     const verdict = await judgeAudit({
       report,
       changes: this.changesBefore,
+      links: this.links,
       outputs: this.plan.outputs,
       allowed,
       resolve: async (paths) => {

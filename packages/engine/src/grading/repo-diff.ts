@@ -12,12 +12,18 @@ export interface RepoDiff {
   changed: string[];
   /** Tracked files the agent removed. */
   deleted: string[];
-  /** Test-runner files the diff adds or changes: grading would run under the agent's configuration. */
+  /** What the diff must not do (each with why): it would change how the tests run. */
   tampered: string[];
-  /** Why a pass of this diff is not clean (e.g. code outside the tests that imports the test runner). */
+  /** Why a pass of this diff is not clean (e.g. code that imports the test runner). */
   flags: string[];
   /** Files of the agent's left out (bytecode). */
   skipped: string[];
+  /**
+   * Modules the diff adds at the top of an import path (a `.py` file or a package in a directory
+   * that is not itself a package: the repository root, a test or script directory), by name; the
+   * caller refuses those the grader's Python can already import (they would shadow them).
+   */
+  topLevelModules: { path: string; name: string }[];
 }
 
 /** Python bytecode: never carried from the agent (an unchecked .pyc runs without looking at its source); Python rebuilds it. */
@@ -27,9 +33,10 @@ export function isBytecode(path: string): boolean {
 
 /**
  * Files the agent's outputs must not add, change or remove: each would change how the tests run
- * (pytest's configuration and plugins, Python start-up hooks). `before` / `after` are the file's
- * text in the grader's copy (the image or the base commit) and in the agent's, null when absent
- * (or not a regular file). For a config file shared with other tools only its pytest part counts.
+ * (pytest's configuration and plugins, Python start-up hooks, installed packages' metadata, where
+ * entry points declare plugins). `before` / `after` are the file's text in the grader's copy (the
+ * image or the base commit) and in the agent's, null when absent (or not a regular file). For a
+ * config file shared with other tools only its pytest part counts.
  */
 export function changesRunner(path: string, before: string | null, after: string | null): boolean {
   const base = posix.basename(path);
@@ -40,8 +47,11 @@ export function changesRunner(path: string, before: string | null, after: string
     base === "pytest.py" ||
     base === "sitecustomize.py" ||
     base === "usercustomize.py" ||
+    base === "entry_points.txt" ||
     base.endsWith(".pth") ||
     /(^|\/)(site|user)customize\/__init__\.py$/.test(path) ||
+    // Distribution metadata Python's importlib reads (entry points declare pytest plugins).
+    (before === null && /\.(dist|egg)-info\//.test(path)) ||
     // A new package named like the test runner shadows it (pytest's own sources change legitimately).
     (before === null && /(^|\/)_?pytest\/__init__\.py$/.test(path));
   return runner && before !== after;
@@ -52,8 +62,31 @@ export function mayChangeRunner(path: string): boolean {
   return PYTEST_CONFIG_FILES.some((f) => f.path === posix.basename(path)) || changesRunner(path, null, "\0");
 }
 
-const TEST_PATH = /(^|\/)(tests?|testing)\/|(^|\/)test_[^/]*\.py$|_tests?\.py$|(^|\/)conftest\.py$/;
+/**
+ * Where an output link may not point (resolved as written, from the link's own directory): the
+ * tests and the verifier's logs (a link to the tests' expected answer is the answer), the
+ * solution, the kernel's and the sandbox's own files.
+ */
+const FORBIDDEN_TARGETS = ["/tests", "/logs", "/solution", "/proc", "/sys", "/dev", "/.proctor", "/run"];
+const HARMLESS_DEVICES = new Set(["/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd", "/proc/self/fd", "/proc/self/mounts", "/proc/mounts"]);
+
+/**
+ * In the agent's own sandbox: links into what the verifier alone brings or writes, and into file
+ * systems the file audit does not watch (what the verifier reads there through a link is unseen).
+ * /run is the image's own directory in a container, and packages link into it.
+ */
+export const SHARED_FORBIDDEN_TARGETS = ["/tests", "/logs/verifier", "/solution", "/dev", "/proc", "/sys"];
+
+/** Why a link at sandbox path `at` with `target` is refused, or null. */
+export function forbiddenLink(at: string, target: string, roots: readonly string[] = FORBIDDEN_TARGETS): string | null {
+  const resolved = posix.resolve(posix.dirname(at), target);
+  if (HARMLESS_DEVICES.has(resolved)) return null;
+  const root = roots.find((r) => resolved === r || resolved.startsWith(`${r}/`));
+  return root ? `a link to ${resolved}` : null;
+}
+
 const IMPORTS_RUNNER = /^\s*(?:from\s+_pytest\b|import\s+_pytest\b)/m;
+const MODULE_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 async function git(args: string[], env: Record<string, string> = {}): Promise<string> {
   const { stdout } = await run("git", ["-c", "core.fsmonitor=", "-c", "core.hooksPath=/dev/null", "-c", "core.untrackedCache=false", "-c", "core.quotePath=false", ...args], {
@@ -78,8 +111,10 @@ export async function textOf(path: string): Promise<string | null> {
  * `base` (a checkout of the base commit, with .git) the way `git status` does: tracked files that
  * differ or are gone, and new files the base commit's ignore rules do not exclude. Runs the
  * host's git with no user or system config and no hooks; nothing in `tree` is executed.
+ * `protect`: files (relative) the tests' run relies on that must stay the base commit's (the test
+ * runner script the command runs, the packages the test files are in).
  */
-export async function diffRepository(base: string, tree: string): Promise<RepoDiff> {
+export async function diffRepository(base: string, tree: string, protect: readonly string[] = []): Promise<RepoDiff> {
   const out = await git(["--git-dir", join(base, ".git"), "--work-tree", tree, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=all"]);
   const changed: string[] = [];
   const deleted: string[] = [];
@@ -87,7 +122,7 @@ export async function diffRepository(base: string, tree: string): Promise<RepoDi
   for (const record of out.split("\0")) {
     if (record.length < 4) continue;
     const code = record.slice(0, 2);
-    const path = record.slice(3);
+    const path = record.slice(3).replace(/\/$/, "");
     if (code === "??") kinds.set(path, "added");
     else if (code.includes("D")) kinds.set(path, "deleted");
     else kinds.set(path, "modified");
@@ -95,47 +130,79 @@ export async function diffRepository(base: string, tree: string): Promise<RepoDi
   const tampered: string[] = [];
   const flags: string[] = [];
   const skipped: string[] = [];
+  const topLevelModules: { path: string; name: string }[] = [];
+  const protectedSet = new Set(protect);
   for (const [path, kind] of kinds) {
     if (kind !== "deleted" && isBytecode(path)) {
       skipped.push(path);
       continue;
     }
     (kind === "deleted" ? deleted : changed).push(path);
-    if (mayChangeRunner(path)) {
+    if (protectedSet.has(path)) tampered.push(`${path} (the tests' run relies on the base commit's)`);
+    else if (mayChangeRunner(path)) {
       const before = kind === "added" ? null : await textOf(join(base, path));
       const after = kind === "deleted" ? null : await textOf(join(tree, path));
-      if (changesRunner(path, before, after)) tampered.push(path);
+      if (changesRunner(path, before, after)) tampered.push(`${path} (changes how the tests run)`);
     }
-    if (kind !== "deleted" && path.endsWith(".py") && !TEST_PATH.test(path) && !/(^|\/)_pytest\//.test(path)) {
+    if (kind === "deleted") continue;
+    const info = await lstat(join(tree, path)).catch(() => null);
+    if (info?.isSymbolicLink()) {
+      const why = forbiddenLink(`/${path}`, await readlink(join(tree, path)));
+      if (why) tampered.push(`${path} (${why})`);
+      continue;
+    }
+    if (path.endsWith(".py") && !/(^|\/)_pytest\//.test(path)) {
       const text = await textOf(join(tree, path));
-      if (text !== null && IMPORTS_RUNNER.test(text)) flags.push(`${path} imports the test runner (_pytest) outside the tests`);
+      if (text !== null && IMPORTS_RUNNER.test(text)) flags.push(`${path} imports the test runner (_pytest)`);
+    }
+    if (kind === "added") {
+      const module = topLevelModule(path);
+      if (module && !(await lstat(join(tree, posix.dirname(module.path), "__init__.py")).catch(() => null))) topLevelModules.push(module);
     }
   }
-  return { changed: changed.sort(), deleted: deleted.sort(), tampered: tampered.sort(), flags, skipped: skipped.sort() };
+  return { changed: changed.sort(), deleted: deleted.sort(), tampered: tampered.sort(), flags, skipped: skipped.sort(), topLevelModules };
 }
 
-/** Copies `paths` (relative; files or links, never followed) from `tree` into `dest`, keeping their places. */
+/** `x.py` or `x/__init__.py` as a module named x (its place is the caller's to judge), else null. */
+function topLevelModule(path: string): { path: string; name: string } | null {
+  const base = posix.basename(path);
+  if (base === "__init__.py") {
+    const dir = posix.dirname(path);
+    const name = posix.basename(dir);
+    return dir !== "." && MODULE_NAME.test(name) ? { path: dir, name } : null;
+  }
+  const name = base.replace(/\.py$/, "");
+  return base.endsWith(".py") && MODULE_NAME.test(name) ? { path, name } : null;
+}
+
+/** Copies `paths` (relative; files, links or whole directories such as a nested repository, links never followed) from `tree` into `dest`, keeping their places. */
 export async function stageFiles(tree: string, paths: readonly string[], dest: string): Promise<void> {
   await mkdir(dest, { recursive: true });
   for (const path of paths) {
     const target = join(dest, path);
     await mkdir(dirname(target), { recursive: true });
-    await cp(join(tree, path), target, { verbatimSymlinks: true, errorOnExist: false, force: true, recursive: false });
+    await cp(join(tree, path), target, { verbatimSymlinks: true, errorOnExist: false, force: true, recursive: true });
   }
 }
 
 /**
  * Walks a staged output (a host copy of the agent's file or directory at sandbox path `at`,
- * never following links): removes Python bytecode from it and returns the runner files in it
- * (sandbox paths), for the caller to compare with the grader's copies. `skipped` gets what went.
+ * never following links): removes Python bytecode from it, refuses links into Proctor's and the
+ * kernel's paths (`tampered`), and returns the runner files in it (sandbox paths), for the
+ * caller to compare with the grader's copies. `skipped` gets what went.
  */
-export async function screenStaged(staged: string, at: string, skipped: string[]): Promise<{ path: string; host: string }[]> {
+export async function screenStaged(staged: string, at: string, skipped: string[], tampered: string[]): Promise<{ path: string; host: string }[]> {
   const found: { path: string; host: string }[] = [];
   async function walk(host: string, path: string): Promise<void> {
     const info = await lstat(host);
     if (isBytecode(path)) {
       await rm(host, { recursive: true, force: true });
       skipped.push(`${path} (bytecode is not carried)`);
+      return;
+    }
+    if (info.isSymbolicLink()) {
+      const why = forbiddenLink(path, await readlink(host));
+      if (why) tampered.push(`${path} (${why})`);
       return;
     }
     if (info.isDirectory()) {

@@ -7,6 +7,7 @@ import type { TaskSpec, TrialError, TrialResult } from "@proctor/schema";
 import { SwebenchGrading } from "@proctor/tasks";
 import { repoUrl, type RepoCache } from "../workspace";
 import { adminOptions, trusted } from "../grading/sandbox-tools";
+import { HARDENED_ENV_REPO, verifierEnv } from "../grading/hardened";
 import { CHECKOUT_MS, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, message, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
 import { LOG_PARSERS, testPassed } from "./parsers";
 import { applyTestPatch, pytestTargets, TestPatchError, type TestFiles } from "./test-patch";
@@ -30,6 +31,7 @@ exit 0`;
 
 /** Runs the test command with the image's bash (no profile, no rc files), stdout+stderr between two markers. */
 const RUN_SCRIPT = `cd "$1" || exit 2
+${HARDENED_ENV_REPO}
 printf '%s\\n' "$2"
 if [ -x /bin/bash ]; then /bin/bash --noprofile --norc -c "$4" 2>&1; else /bin/sh -c "$4" 2>&1; fi
 s=$?
@@ -142,7 +144,7 @@ export async function runSwebenchTests(run: SwebenchTestRun): Promise<SwebenchOu
   const result = await sandbox
     .exec(trusted(sandbox, RUN_SCRIPT, [workdir, start, end, command]), {
       ...adminOptions(sandbox),
-      env: task.verifier.env,
+      env: verifierEnv(task.verifier.env),
       timeoutMs: run.timeoutMs,
       signal,
       onStdout: (c) => {

@@ -21,6 +21,11 @@ describe("SWE-bench log parsers (against real logs in sample-logs/)", () => {
     });
   });
 
+  test("pytest -rA: lines after pytest's final line are not pytest's (an atexit hook of the code under test)", () => {
+    const log = `${sample("pytest-rA.log")}PASSED tests/test_sample.py::test_fail\nPASSED tests/test_sample.py::test_error\n`;
+    expect(parsePytest(log)).toMatchObject({ "tests/test_sample.py::test_fail": "FAILED", "tests/test_sample.py::test_error": "ERROR" });
+  });
+
   test("pytest: verbose lines when there is no summary, colours stripped", () => {
     const log = "\x1b[32mtests/a.py::test_x PASSED\x1b[0m [ 50%]\ntests/a.py::test_y[1 2] FAILED [100%]\n";
     expect(parsePytest(log)).toEqual({ "tests/a.py::test_x": "PASSED", "tests/a.py::test_y[1 2]": "FAILED" });

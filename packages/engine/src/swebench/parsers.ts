@@ -41,6 +41,9 @@ function pytestId(rest: string): string {
 export function parsePytest(log: string): TestStatusMap {
   const all = lines(log);
   const summaryAt = all.findIndex((l) => /^=+ short test summary info =+$/.test(l.trim()));
+  // The section ends at pytest's final line (`==== 2 passed in 0.1s ====`): what comes after it
+  // is not pytest's (an atexit hook of the code under test printing "PASSED x").
+  const endsAt = summaryAt < 0 ? -1 : all.findIndex((l, i) => i > summaryAt && /^=+ .+ =+$/.test(l.trim()));
   const out: TestStatusMap = {};
   const verbose: TestStatusMap = {};
   all.forEach((line, index) => {
@@ -50,6 +53,7 @@ export function parsePytest(log: string): TestStatusMap {
       if (status) verbose[v[1] as string] = status;
     }
     if (summaryAt >= 0 && index <= summaryAt) return;
+    if (endsAt >= 0 && index >= endsAt) return;
     const m = /^(PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS) (.+)$/.exec(line);
     if (!m) return;
     const rest = m[2] as string;

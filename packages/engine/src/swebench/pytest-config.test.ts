@@ -13,7 +13,18 @@ describe("pytest's section of a root config file", () => {
     expect(pytestSection("tox.ini", "[tox]\nenvlist = py3\n")).toBeNull();
     expect(pytestSection("tox.ini", "[tox]\nenvlist = py3\n[pytest]\naddopts = -x\n")).toBe("[pytest]\naddopts = -x");
     const toml = '[project]\nname = "calc"\n\n[tool.pytest.ini_options]\naddopts = "-ra"\n\n[tool.black]\nline-length = 99\n';
-    expect(pytestSection("pyproject.toml", toml)).toBe('[tool.pytest.ini_options]\naddopts = "-ra"');
+    expect(pytestSection("pyproject.toml", toml)).toBe(JSON.stringify({ ini_options: { addopts: "-ra" } }));
+    expect(pytestSection("pyproject.toml", toml.replace("99", "120"))).toBe(pytestSection("pyproject.toml", toml));
+    expect(pytestSection("pyproject.toml", '[project]\nname = "calc"\n')).toBeNull();
+  });
+
+  test("what pytest itself reads counts: TOML dotted keys, a lone CR as a line break", () => {
+    // The same table written as a dotted key under [tool]: TOML (and pytest) read the same thing.
+    const dotted = '[project]\nname = "calc"\n\n[tool]\npytest.ini_options.addopts = "-p calc.zz"\n';
+    expect(pytestSection("pyproject.toml", dotted)).toBe(JSON.stringify({ ini_options: { addopts: "-p calc.zz" } }));
+    // Python reads config files in text mode, where a lone CR ends a line.
+    expect(pytestSection("setup.cfg", "[metadata]\nname = calc\r[tool:pytest]\raddopts = -p calc.zz\n")).toBe("[tool:pytest]\naddopts = -p calc.zz");
+    expect(pytestSection("setup.cfg", "[metadata]\r\nname = calc\r\n")).toBeNull();
   });
 
   test("pytest.ini is config as a whole; an absent file has none", () => {

@@ -9,7 +9,7 @@ import { WorkspaceError } from "../errors";
 import { trialIdOf } from "../ids";
 import { runAgent } from "./agent";
 import { collectLogs, type Collected } from "./collect";
-import { checkRewardUnchanged, GraderError, OutputsTooLargeError, startGrading, type Grading } from "../grading";
+import { checkRewardUnchanged, GraderError, OutputsTooLargeError, OutputsUnusableError, startGrading, type Grading } from "../grading";
 import {
   CHECKOUT_MS, DEFAULT_LOG_BYTES, HOUSEKEEPING_MS, SANDBOX_START_MS, message,
   type Attempt, type AttemptState, type Budgets, type SandboxAttempt, type TrialEnvironment,
@@ -290,7 +290,7 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
 
 function classify(error: unknown): TrialError["kind"] {
   if (error instanceof WorkspaceError) return "setup";
-  if (error instanceof OutputsTooLargeError) return "agent";
+  if (error instanceof OutputsTooLargeError || error instanceof OutputsUnusableError) return "agent";
   if (error instanceof GraderError) return "verifier";
   if (error instanceof AgentError) return "agent";
   // Only processes inside the sandbox (the agent's, or its memory use) stop a started sandbox.
