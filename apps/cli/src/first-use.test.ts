@@ -180,15 +180,12 @@ describe("a queued run whose Redis goes away", () => {
       const child = spawnProctor(["run", examples, "--runtime", "local", "-o", work, "--run-id", "redis-gone", "--queue", redis.url]);
       const done = guard(child, 120_000);
       let stderr = "";
-      const seen = (pattern: RegExp) =>
-        new Promise<void>((resolve) => {
-          const check = () => pattern.test(stderr) && resolve();
-          child.stderr?.on("data", (c: Buffer) => {
-            stderr += c.toString();
-            check();
-          });
-          check();
-        });
+      const waits: { pattern: RegExp; resolve: () => void }[] = [];
+      child.stderr?.on("data", (c: Buffer) => {
+        stderr += c.toString();
+        for (const w of waits) if (w.pattern.test(stderr)) w.resolve();
+      });
+      const seen = (pattern: RegExp) => new Promise<void>((resolve) => (pattern.test(stderr) ? resolve() : waits.push({ pattern, resolve })));
       // No worker: the run waits on Redis, then Redis stops under it.
       await seen(/waiting for workers/);
       await redis.stop();
