@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { afterAll, afterEach, beforeAll, describe, expect, test } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, test, vi } from "vitest";
 import { mkdtemp, readFile, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -180,10 +180,14 @@ describe.skipIf(!docker)("proctor run --agent llm on Docker", () => {
 
 test("--llm-proxy turns a code agent's --model/--base-url/--api-key-env into a modelProxy spec; misplaced flags are usage errors", () => {
   const dir = tmpdir();
+  // A variable named with --api-key-env must be set (else exit 2 before any trial).
+  expect(() => parseAgent(dir, null, { llmProxy: true, model: "m", apiKeyEnv: "K" })).toThrow(/\$K is not set \(--api-key-env K\)/);
+  vi.stubEnv("K", "k");
   const spec = parseAgent(dir, null, { llmProxy: true, model: "m", baseUrl: "http://127.0.0.1:9/v1", apiKeyEnv: "K", llmBudgetTokens: 100 });
   expect(spec).toEqual({ kind: "code", dir, modelProxy: { model: "m", baseUrl: "http://127.0.0.1:9/v1", apiKeyEnv: "K", budgetTokens: 100 } });
   expect(() => parseAgent("llm", null, { model: "m", llmProxy: true })).toThrow(/--llm-proxy go with a code agent/);
   expect(() => parseAgent(dir, null, { llmProxy: true, model: "m", maxTurns: 3 })).toThrow(/--max-turns only go with --agent llm/);
   expect(() => parseAgent("oracle", null, { llmProxy: true, model: "m" })).toThrow(/use it with --agent <agent-dir>/);
   expect(() => parseAgent(dir, null, { llmBudgetTokens: 5 })).toThrow(/--llm-budget-tokens only go with --agent llm, or with a code agent and --llm-proxy/);
+  vi.unstubAllEnvs();
 });

@@ -202,7 +202,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--host <host>", "address to bind", "127.0.0.1")
     .option("--port <port>", "port to bind", (v) => Number(v), 8080)
     .option("--data-dir <dir>", "where batches (run directories) are kept", "proctor-data")
-    .option("--auth <mode>", "none | token | epistula | hotkey-header-insecure", "epistula")
+    .option("--auth <mode>", "none | token (bearer tokens from $PROCTOR_TOKENS or $PROCTOR_TOKENS_FILE) | epistula (hotkeys from --hotkeys-file or $PROCTOR_HOTKEYS) | hotkey-header-insecure", "epistula")
     .addOption(new Option("--runtime <runtime>").choices(["auto", "docker", "local"]).default("auto"))
     .option("--default-image <image>", "image for tasks that name none (default on Docker: proctor/base:bookworm)")
     .option("--max-active-batches <n>", "batches running at once", positiveInt("--max-active-batches"), 1)
@@ -243,6 +243,19 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--slots-tasks-dir <source>", "--slots: tasks a slot may name ({\"task\": id}; verify runs their tests): a task dir, a dir of tasks, or a SWE-bench dataset (.jsonl/.json; per-test verify)")
     .option("--slots-repos-dir <dir>", "--slots: git repositories a slot may name ({\"repo\": {name, commit}}), and a SWE dataset's bare mirrors: <dir>/<owner>__<name>.git")
     .option("--slots-image <template>", "--slots: SWE rows without image_name: image to use, {repo} {version} {instance_id} filled in (default: a built Python image)")
+    .addHelpText(
+      "after",
+      [
+        "",
+        "Environment:",
+        "  PROCTOR_TOKENS         --auth token: comma-separated bearer tokens (plain, or sha256:<hex>); PROCTOR_TOKENS_FILE: one per line",
+        "  PROCTOR_HOTKEYS        --auth epistula: comma-separated SS58 hotkeys allowed to submit (or --hotkeys-file; PROCTOR_HOTKEYS_FILE)",
+        "  PROCTOR_ADMIN_HOTKEYS  identities that see and cancel every batch (or --admin-hotkeys)",
+        "  PROCTOR_WORKER_TOKEN   --queue: the token workers send (or --worker-token)",
+        "",
+        "Example: PROCTOR_TOKENS=$(openssl rand -hex 32) proctor serve --auth token",
+      ].join("\n"),
+    )
     .action(async (o) =>
       setExitCode(
         await serveCommand({
@@ -262,7 +275,9 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
                 },
               }
             : {}),
-          llmProxyBaseUrl: o.llmProxyBaseUrl, llmApiKeyEnv: o.llmApiKeyEnv, llmModels: o.llmModels, llmBudgetTokens: o.llmBudgetTokens, llmBudgetRequests: o.llmBudgetRequests, agents: o.agents, logger,
+          llmProxyBaseUrl: o.llmProxyBaseUrl, llmApiKeyEnv: o.llmApiKeyEnv, llmModels: o.llmModels, llmBudgetTokens: o.llmBudgetTokens, llmBudgetRequests: o.llmBudgetRequests, agents: o.agents,
+          // A server says what it does: a line per batch and per trial.
+          logger: stderrLogger(undefined, true),
         }),
       ),
     );
@@ -353,6 +368,16 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
   return program;
 }
 
+/** A server's refusal as one line: its answer, then what to do about it when the answer does not say. */
+function explainClientError(error: ClientError): string {
+  const hint: Record<number, string> = {
+    401: "the server did not accept these credentials: pass --token TOKEN (or PROCTOR_TOKEN) or a hotkey it allows (--key-file, PROCTOR_HOTKEY_URI)",
+    403: "these credentials may not do this on the server: use the ones that submitted the batch, or an admin's",
+  };
+  const what = error.code === "unreachable" ? undefined : hint[error.statusCode];
+  return what ? `${error.message}; ${what}` : error.message;
+}
+
 /** Run the CLI; returns the process exit code (one place maps errors to codes). */
 export async function main(argv: string[]): Promise<number> {
   let code = 0;
@@ -384,7 +409,7 @@ export async function main(argv: string[]): Promise<number> {
       return 2;
     }
     if (error instanceof ClientError) {
-      process.stderr.write(`proctor: ${error.message}\n`);
+      process.stderr.write(`proctor: ${explainClientError(error)}\n`);
       return 1;
     }
     if (error instanceof RuntimeUnavailableError) {

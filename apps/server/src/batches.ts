@@ -90,8 +90,12 @@ export class Batches {
       prepare: (batch) => this.prepare(batch),
       ...(options.startRun ? { startRun: options.startRun } : {}),
       observer: {
-        event: (_batch, event) => {
+        event: (batch, event) => {
           if (event.type !== "trial_finished") return;
+          // A line per trial (the queue logs each batch's acceptance and end): what an operator tails.
+          const r = event.data;
+          const why = r.error ? `: ${r.error.kind} error: ${r.error.message.split("\n")[0]?.slice(0, 200)}` : "";
+          options.logger.info(`batch ${batch.id}: trial ${r.trialId} ${r.status}${r.reward !== null ? ` (reward ${r.reward})` : ""} in ${(r.durationMs / 1000).toFixed(1)} s${why}`);
           metrics.trialsFinished.inc({ outcome: event.data.status });
           metrics.trialDuration.observe({ outcome: event.data.status }, event.data.durationMs / 1000);
           for (const phase of event.data.phases) metrics.phaseDuration.observe({ phase: phase.phase }, phase.durationMs / 1000);
@@ -265,7 +269,7 @@ export class Batches {
 /** Tasks' phase while their batch's agent image is being built (GET /batch/:id/tasks, the WS snapshot). */
 const AGENT_IMAGE_BUILD_PHASE = "agent_image_build";
 
-const NEITHER_AGENT = `the archive holds neither agent_code/ nor ${AGENT_IMAGE_DIR}/ beside tasks/; add the agent's code in agent_code/, or an agent image (Dockerfile + agent.toml) in ${AGENT_IMAGE_DIR}/`;
+const NEITHER_AGENT = `the archive holds neither agent_code/ nor ${AGENT_IMAGE_DIR}/ beside tasks/; add the agent's code in agent_code/ (examples/submission.tar.gz shows the layout), or an agent image (Dockerfile + agent.toml) in ${AGENT_IMAGE_DIR}/`;
 
 /**
  * Load an extracted upload: tasks/ with agent_code/ (term-executor tasks, the code agent), or
@@ -289,6 +293,7 @@ export async function loadBatchUpload(uploadDir: string, options: { allowLocalRe
     refuseInvalid(loaded.errors);
     if (loaded.tasks.length === 0) throw noTasks();
     if (loaded.agentDir !== null) throw new InvalidArchiveError("the batch names ?agent=, which runs that agent: leave agent_code/ out of the archive");
+    refuseTaskBuilds(loaded.tasks);
     return { tasks: loaded.tasks, agent: { kind: "installed" } };
   }
   if (imageRoot === null) {
@@ -297,6 +302,7 @@ export async function loadBatchUpload(uploadDir: string, options: { allowLocalRe
     refuseInvalid(loaded.errors, loaded.agentDir === null ? `; also, ${NEITHER_AGENT}` : "");
     if (loaded.tasks.length === 0) throw noTasks();
     if (loaded.agentDir === null) throw new InvalidArchiveError(NEITHER_AGENT);
+    refuseTaskBuilds(loaded.tasks);
     try {
       resolveEntrypoint(loaded.agentDir);
     } catch (error) {
@@ -342,6 +348,18 @@ export async function loadBatchUpload(uploadDir: string, options: { allowLocalRe
   refuseInvalid(errors);
   if (tasks.length === 0) throw noTasks();
   return { tasks, agent: { kind: "image", dir: imageDir } };
+}
+
+/**
+ * The server builds no image an upload brings but an agent_image/: a task must name its image
+ * ([environment] docker_image) or use the server's default, not ship a Dockerfile to build.
+ */
+function refuseTaskBuilds(tasks: readonly TaskSpec[]): void {
+  const building = tasks.filter((t) => t.environment.buildContext !== null && t.environment.dockerImage === null).map((t) => t.id);
+  if (building.length === 0) return;
+  throw new InvalidArchiveError(
+    `tasks/${building[0]}/environment/Dockerfile${building.length > 1 ? ` (and ${building.length - 1} more)` : ""}: this server builds no task images; name a prebuilt image in task.toml ([environment] docker_image = "..."), leave environment/ out to use the server's default image, or run the task locally with proctor run`,
+  );
 }
 
 /** The directory holding agent_image/ (the upload's root or the one directory below it), or null. */

@@ -185,11 +185,15 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   }
   const config = parsed.data;
   if (config.auth === "none" && !isLoopback(config.host) && !config.insecure) {
-    throw new ServerConfigError(`--auth none accepts anyone, so it binds loopback only; host ${config.host} needs insecure: true (or use epistula/token auth)`);
+    throw new ServerConfigError(`--auth none accepts anyone, so it binds loopback only; to serve ${config.host} without auth pass --insecure (option insecure: true), or use --auth token or --auth epistula`);
   }
   const logger = options.logger ?? silentLogger;
   const dataDir = resolve(config.dataDir);
-  await mkdir(dataDir, { recursive: true });
+  await mkdir(dataDir, { recursive: true }).catch((error: unknown) => {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "EEXIST" || code === "ENOTDIR") throw new ServerConfigError(`--data-dir ${dataDir} is not a directory: name a directory (it is created when missing)`);
+    throw new ServerConfigError(`--data-dir ${dataDir} cannot be created (${code ?? String(error)}): name a directory this user may write`);
+  });
   // Uploads that were being received when a previous process died.
   await rm(stagingDir(dataDir), { recursive: true, force: true });
   await mkdir(stagingDir(dataDir), { recursive: true });
@@ -276,7 +280,16 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   } catch (error) {
     await batches.queue.close(config.shutdownGraceMs);
     hub.close();
+    await queue?.close();
+    await slots?.close();
     auth.close();
+    const code = (error as NodeJS.ErrnoException).code;
+    const why: Record<string, string> = {
+      EADDRINUSE: "another process is listening there: stop it or pick another --port",
+      EACCES: "this user may not bind that port: pick one above 1023 or run with the right to bind it",
+      EADDRNOTAVAIL: "no interface of this machine has that address: pick another --host",
+    };
+    if (code !== undefined && why[code]) throw new ServerConfigError(`cannot listen on ${config.host}:${config.port} (${code}): ${why[code]}`);
     throw error;
   }
   const address = app.server.address();
@@ -284,8 +297,9 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
   const hostForUrl = config.host.includes(":") && !config.host.startsWith("[") ? `[${config.host}]` : config.host;
   const url = `http://${hostForUrl}:${port}`;
   queue?.setPublicUrl(url);
-  logger.info("server listening", { url, auth: config.auth, dataDir, runtime: options.runtime.name, admins: auth.adminCount });
-  if (receipts) logger.info("signing batch receipts", { signer: receipts.signer });
+  // Debug: the caller (proctor serve) says where it listens in its own words.
+  logger.debug("server listening", { url, auth: config.auth, dataDir, runtime: options.runtime.name, admins: auth.adminCount });
+  if (receipts) logger.debug("signing batch receipts", { signer: receipts.signer });
   if (config.allowUndigestedUploads && config.auth === "epistula") {
     logger.warn("uploads without Content-Digest are accepted: their bodies are staged before the signature is checked (allowUndigestedUploads)");
   }
@@ -297,7 +311,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     httpServer: app.server,
     close() {
       closing ??= (async () => {
-        logger.info("server shutting down", { graceMs: config.shutdownGraceMs });
+        logger.debug("server shutting down", { graceMs: config.shutdownGraceMs });
         const stopped = app.close();
         hub.close();
         await batches.queue.close(config.shutdownGraceMs);

@@ -7,6 +7,7 @@ import {
   LlmAuthError,
   LlmContextLengthError,
   LlmModelNotFoundError,
+  LlmUnreachableError,
   OpenAIChatModel,
   type ChatCompletion,
   type ChatMessage,
@@ -116,7 +117,7 @@ export function llmAgent(options: LlmAgentOptions): Agent {
             if (deadline.signal.aborted) stop("deadline");
             else if (ctx.signal.aborted) stop("aborted");
             else if (error instanceof LlmContextLengthError) stop("context_length", error.message);
-            else if (error instanceof LlmAuthError || error instanceof LlmModelNotFoundError) {
+            else if (error instanceof LlmAuthError || error instanceof LlmModelNotFoundError || error instanceof LlmUnreachableError) {
               const keyEnv = options.apiKeyEnv ?? DEFAULT_API_KEY_ENV;
               const message = `${error.message} [base URL ${model.baseUrl ?? "(custom model)"}, model ${model.model}, key from $${keyEnv}]`;
               stop("fatal", message);

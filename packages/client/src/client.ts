@@ -8,7 +8,7 @@ import type { Keypair } from "@proctor/auth";
 import { request } from "undici";
 import WebSocket from "ws";
 import type { z } from "zod";
-import { ClientError } from "./errors";
+import { ClientError, unreachableError } from "./errors";
 import { BatchListResponse, BatchStatusResponse, BatchTasksResponse, ErrorBody, SubmitResponse, TaskDetailResponse, WireEnvelope } from "./wire";
 
 /** How a client proves who it is: an Epistula keypair, a bearer token, or nothing (auth none). */
@@ -36,6 +36,8 @@ export interface SubmitBatchOptions extends ClientAuth {
   signal?: AbortSignal;
   /** Reconnect attempts when the WebSocket drops before batch_complete (default 10). */
   maxReconnects?: number;
+  /** Called before each WebSocket reconnect (see FollowOptions). */
+  onReconnect?: FollowOptions["onReconnect"];
   /**
    * Times an upload refused for the server's upload caps (429/503 `too_many_uploads`) is retried
    * after its Retry-After (at most 60 s each); default 3.
@@ -61,7 +63,12 @@ const EMPTY_SHA256 = createHash("sha256").digest("hex");
  * given) or throws ClientError.
  */
 export async function requestJson<T = unknown>(server: string, method: "GET" | "POST", path: string, auth: ClientAuth, signal?: AbortSignal, schema?: z.ZodType<T>): Promise<T> {
-  const response = await request(new URL(path, server), { method, headers: authHeaders(auth, EMPTY_SHA256), signal });
+  let response: Awaited<ReturnType<typeof request>>;
+  try {
+    response = await request(new URL(path, server), { method, headers: authHeaders(auth, EMPTY_SHA256), signal });
+  } catch (error) {
+    throw unreachableError(server, error) ?? error;
+  }
   return readJson(response, `${method} ${path}`, schema);
 }
 
@@ -121,7 +128,11 @@ export async function uploadArchive(options: SubmitBatchOptions): Promise<Submit
 }
 
 async function uploadOnce(options: SubmitBatchOptions): Promise<SubmitResponse> {
-  const { size } = await stat(options.archivePath);
+  const info = await stat(options.archivePath).catch((error: unknown) => {
+    throw new ClientError(0, "archive", `${options.archivePath}: cannot be read (${(error as NodeJS.ErrnoException).code ?? String(error)}): give the .tar.gz, .tar or .zip archive to upload`, { cause: error });
+  });
+  if (!info.isFile()) throw new ClientError(0, "archive", `${options.archivePath} is not a file: upload an archive; pack a directory first (tar czf submission.tar.gz -C ${options.archivePath} .)`);
+  const { size } = info;
   const boundary = `----proctor-${randomUUID()}`;
   const filename = basename(options.archivePath).replace(/["\r\n\\]/g, "_");
   const head = Buffer.from(
@@ -163,6 +174,10 @@ async function uploadOnce(options: SubmitBatchOptions): Promise<SubmitResponse> 
     });
   } catch (error) {
     const code = (error as { code?: unknown }).code;
+    if (!options.signal?.aborted) {
+      const unreachable = unreachableError(options.server, error);
+      if (unreachable) throw unreachable;
+    }
     if (options.signal?.aborted || typeof code !== "string" || !DROPPED_CONNECTION.has(code)) throw error;
     // The server refuses an upload from its headers and closes without reading the body; the
     // write can then fail before its answer is read. A signed GET gets the same refusal, if any.
@@ -186,6 +201,8 @@ export interface FollowOptions extends ClientAuth {
   signal?: AbortSignal;
   /** Reconnect attempts when the WebSocket drops before batch_complete (default 10). */
   maxReconnects?: number;
+  /** Called before each reconnect, with why the connection ended and how long until the next try. */
+  onReconnect?: (info: { attempt: number; maxReconnects: number; reason: string; delayMs: number }) => void;
 }
 
 /**
@@ -196,9 +213,12 @@ export async function followBatch(options: FollowOptions): Promise<void> {
   let lastSeq: number | null = options.since ?? null;
   let failures = 0;
   const maxReconnects = options.maxReconnects ?? 10;
+  // A server that never answered is a wrong URL or a server that is down: say so at once.
+  let connected = false;
   for (;;) {
     options.signal?.throwIfAborted();
     const outcome = await followOnce(options, lastSeq, (envelope) => {
+      connected = true;
       if (envelope.event === "snapshot") {
         // With `since`, the server sends the snapshot first and then every event after `since`
         // (the snapshot may be ahead of them), so only a first connect without `since` starts at
@@ -212,9 +232,12 @@ export async function followBatch(options: FollowOptions): Promise<void> {
       options.onEvent?.(envelope);
     });
     if (outcome.done) return;
+    if (!connected && outcome.unreachable) throw outcome.unreachable;
     failures += 1;
-    if (failures > maxReconnects) throw new ClientError(0, "websocket", `lost the WebSocket for batch ${options.batchId} ${failures} times: ${outcome.reason}`);
-    await new Promise((resolve) => setTimeout(resolve, Math.min(250 * 2 ** (failures - 1), 5000)));
+    if (failures > maxReconnects) throw outcome.unreachable ?? new ClientError(0, "websocket", `lost the WebSocket for batch ${options.batchId} ${failures} times: ${outcome.reason}`);
+    const delayMs = Math.min(250 * 2 ** (failures - 1), 5000);
+    options.onReconnect?.({ attempt: failures, maxReconnects, reason: outcome.reason, delayMs });
+    await new Promise((resolve) => setTimeout(resolve, delayMs));
   }
 }
 
@@ -222,7 +245,7 @@ function followOnce(
   options: FollowOptions,
   since: number | null,
   onEnvelope: (envelope: WireEnvelope) => void,
-): Promise<{ done: true } | { done: false; reason: string }> {
+): Promise<{ done: true } | { done: false; reason: string; unreachable?: ClientError }> {
   const url = new URL("/ws", options.server);
   url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
   url.searchParams.set("batch_id", options.batchId);
@@ -264,14 +287,17 @@ function followOnce(
       if (envelope.event === "batch_complete") done = true;
       if (envelope.event === "snapshot" && FINAL.has(String(envelope.data.status))) done = true;
     });
-    ws.on("error", () => {
+    let unreachable: ClientError | null = null;
+    ws.on("error", (error) => {
       // "close" follows with the outcome.
+      unreachable ??= unreachableError(options.server, error);
     });
     ws.on("close", (code, reason) => {
       options.signal?.removeEventListener("abort", onAbort);
       if (options.signal?.aborted) reject(options.signal.reason);
       else if (done) resolve({ done: true });
-      else resolve({ done: false, reason: `closed with ${code} ${reason.toString()}` });
+      else if (unreachable) resolve({ done: false, reason: unreachable.message, unreachable });
+      else resolve({ done: false, reason: `closed with ${code}${reason.length > 0 ? ` ${reason.toString()}` : ""}` });
     });
   });
 }

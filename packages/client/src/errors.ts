@@ -14,3 +14,25 @@ export class ClientError extends Error {
     super(message, options);
   }
 }
+
+/** Socket errors meaning no connection could be made at all (nothing listens, no such host, no route). */
+const UNREACHABLE = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "ETIMEDOUT", "UND_ERR_CONNECT_TIMEOUT"]);
+
+/** The socket error code of a failed request (undici puts the system error in `cause`), or null. */
+function socketErrorCode(error: unknown): string | null {
+  for (let e: unknown = error, depth = 0; e && typeof e === "object" && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && (UNREACHABLE.has(code) || code.startsWith("E"))) return code;
+  }
+  return null;
+}
+
+/**
+ * A ClientError (status 0, code `unreachable`) when `error` says no connection to `server` could
+ * be made, else null: one line naming the server and what to check.
+ */
+export function unreachableError(server: string, error: unknown): ClientError | null {
+  const code = socketErrorCode(error);
+  if (code === null || !UNREACHABLE.has(code)) return null;
+  return new ClientError(0, "unreachable", `cannot reach the server at ${server} (${code}): is proctor serve running there? Check the URL and port`, { cause: error });
+}

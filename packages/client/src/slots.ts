@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { request } from "undici";
 import { z } from "zod";
 import { authHeaders, type ClientAuth } from "./client";
-import { ClientError } from "./errors";
+import { ClientError, unreachableError } from "./errors";
 
 /** POST /v1/slots's answer. */
 export const SlotCreated = z.object({ slot_id: z.string(), sandbox_id: z.string(), workdir: z.string(), expires_at: z.string() });
@@ -96,7 +96,7 @@ export class SlotsClient {
     try {
       return await request(new URL(path, this.server), { method, headers, body });
     } catch (error) {
-      throw new ClientError(0, "connection", `${method} ${path}: cannot reach ${this.server}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+      throw unreachableError(this.server, error) ?? new ClientError(0, "connection", `${method} ${path}: cannot reach ${this.server}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
     }
   }
 

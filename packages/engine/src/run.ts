@@ -367,7 +367,8 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
       logger.error("writing summary.json failed", { runId, error: writeError instanceof Error ? writeError.message : String(writeError) }),
     );
     bus.emit({ type: "run_finished", data: summary });
-    logger.error("run failed", { runId, error: error instanceof Error ? error.message : String(error) });
+    // The caller gets the error and reports it; an error line here would say it twice.
+    logger.info("run failed", { runId, error: error instanceof Error ? error.message : String(error) });
     throw error;
   } finally {
     finalizeSummary();

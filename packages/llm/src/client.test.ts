@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, test } from "vitest";
 import { OpenAIChatModel, type OpenAIChatModelOptions } from "./client";
-import { LlmAuthError, LlmContextLengthError, LlmModelNotFoundError, LlmRetriesExhaustedError } from "./errors";
+import { LlmAuthError, LlmContextLengthError, LlmModelNotFoundError, LlmRetriesExhaustedError, LlmUnreachableError } from "./errors";
+import { createServer } from "node:net";
 import type { Clock } from "./retry";
 import { startScriptedModelServer, type ScriptedServer, type ScriptedServerOptions } from "./scripted-server";
 
@@ -108,6 +109,22 @@ describe("OpenAIChatModel", () => {
     const model = await setup({ handler: () => ({ status: 429, headers: { "retry-after": "100" } }) }, { clock, retry: { maxElapsedMs: 60_000, maxRetryAfterMs: 600_000 } });
     await expect(model.complete(hello)).rejects.toBeInstanceOf(LlmRetriesExhaustedError);
     expect(clock.sleeps).toEqual([]);
+  });
+
+  test("an endpoint that never answered and refuses connections is LlmUnreachableError after 3 quick attempts, naming the URL", async () => {
+    const port = await new Promise<number>((done) => {
+      const s = createServer().listen(0, "127.0.0.1", () => {
+        const p = (s.address() as { port: number }).port;
+        s.close(() => done(p));
+      });
+    });
+    const clock = fakeClock();
+    const model = new OpenAIChatModel({ baseUrl: `http://127.0.0.1:${port}/v1`, model: "m", clock, random: () => 1 });
+    const error = await model.complete(hello).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LlmUnreachableError);
+    expect((error as Error).message).toBe(`http://127.0.0.1:${port}/v1/chat/completions (model m) cannot be reached (ECONNREFUSED, 3 attempts): is the model server running there? Check --base-url`);
+    // Quick retries (at most 1 s each), not the rate-limit backoff.
+    expect(clock.sleeps).toEqual([1000, 1000]);
   });
 
   test("401 is LlmAuthError naming URL, model and env var, never the key (even when the server echoes it)", async () => {

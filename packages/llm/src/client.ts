@@ -8,6 +8,9 @@ import {
   LlmModelNotFoundError,
   LlmResponseError,
   LlmRetriesExhaustedError,
+  LlmUnreachableError,
+  UNREACHABLE_ATTEMPTS,
+  unreachableCode,
 } from "./errors";
 import { AdaptiveLimiter } from "./limiter";
 import { backoffDelay, DEFAULT_RETRY_POLICY, parseRetryAfter, systemClock, type Clock, type RetryPolicy } from "./retry";
@@ -120,6 +123,8 @@ export class OpenAIChatModel implements ChatModel {
   private readonly timeoutMs: number;
   private readonly headers: Record<string, string>;
   private readonly dispatcher: Dispatcher | undefined;
+  /** Whether the endpoint ever gave an HTTP answer: until it has, failing connections mean a wrong URL. */
+  private answered = false;
 
   constructor(options: OpenAIChatModelOptions) {
     let parsed: URL;
@@ -178,6 +183,7 @@ export class OpenAIChatModel implements ChatModel {
           bodyTimeout: this.timeoutMs,
         });
         status = res.statusCode;
+        this.answered = true;
         responseHeaders = res.headers;
         text = await res.body.text();
       } catch (error) {
@@ -198,8 +204,18 @@ export class OpenAIChatModel implements ChatModel {
 
       const what = status !== null ? `HTTP ${status}` : `connection error: ${this.redact((failure as Error)?.message ?? String(failure))}`;
       const elapsed = this.clock.now() - started;
+      const refused = status === null && !this.answered ? unreachableCode(failure) : null;
+      if (refused !== null && attempt >= UNREACHABLE_ATTEMPTS) {
+        throw new LlmUnreachableError(
+          `${this.url} (model ${this.model}) cannot be reached (${refused}, ${attempt} attempts): is the model server running there? Check --base-url`,
+          refused,
+          { cause: failure },
+        );
+      }
       const asked = status !== null ? parseRetryAfter(responseHeaders, this.clock.now()) : null;
-      const wait = asked !== null ? Math.min(asked, this.policy.maxRetryAfterMs) : backoffDelay(this.policy, attempt, this.random);
+      const backoff = backoffDelay(this.policy, attempt, this.random);
+      // An endpoint that never answered gets quick retries: a wrong URL should stop the run in seconds.
+      const wait = asked !== null ? Math.min(asked, this.policy.maxRetryAfterMs) : refused !== null ? Math.min(backoff, 1000) : backoff;
       if (attempt >= this.policy.maxAttempts || elapsed + wait > this.policy.maxElapsedMs) {
         throw new LlmRetriesExhaustedError(
           `${this.url} (model ${this.model}): gave up after ${attempt} attempt(s) in ${Math.round(elapsed / 1000)} s; last: ${what}${status !== null ? ` ${this.snippet(text)}` : ""}`,

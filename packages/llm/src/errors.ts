@@ -55,3 +55,34 @@ export class LlmRetriesExhaustedError extends LlmError {
 export class LlmResponseError extends LlmError {
   override name = "LlmResponseError";
 }
+
+/**
+ * The endpoint has never answered and connections to it fail (nothing listens, no such host, no
+ * route): a wrong --base-url or a model server that is not running. No later request can succeed.
+ */
+export class LlmUnreachableError extends LlmError {
+  override name = "LlmUnreachableError";
+  constructor(
+    message: string,
+    /** The socket error code, e.g. ECONNREFUSED. */
+    readonly code: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** Socket errors meaning no connection could be made at all. */
+const UNREACHABLE_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "UND_ERR_CONNECT_TIMEOUT"]);
+
+/** Attempts at an endpoint that has never answered before it counts as unreachable. */
+export const UNREACHABLE_ATTEMPTS = 3;
+
+/** The socket code when `error` means no connection could be made (undici nests it in `cause`), else null. */
+export function unreachableCode(error: unknown): string | null {
+  for (let e: unknown = error, depth = 0; e && typeof e === "object" && depth < 4; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && UNREACHABLE_CODES.has(code)) return code;
+  }
+  return null;
+}

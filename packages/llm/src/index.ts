@@ -20,4 +20,5 @@ export {
   LlmContextLengthError,
   LlmRetriesExhaustedError,
   LlmResponseError,
+  LlmUnreachableError,
 } from "./errors";

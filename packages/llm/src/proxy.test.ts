@@ -127,6 +127,24 @@ describe("model proxy", () => {
     expect((await call(proxy.tcpBaseUrl, proxy.openSession({ budgetRequests: 1 }).token, { messages: [{ role: "user", content: "o" }] })).status).toBe(200);
   });
 
+  test("an upstream that never answered and refuses connections is fatal after 3 attempts: 502 upstream_unreachable naming the URL", async () => {
+    const port = await new Promise<number>((done) => {
+      const s = createServer().listen(0, "127.0.0.1", () => {
+        const p = (s.address() as AddressInfo).port;
+        s.close(() => done(p));
+      });
+    });
+    const slept: number[] = [];
+    proxy = await startModelProxy({ upstreamBaseUrl: `http://127.0.0.1:${port}/v1`, apiKey: KEY, model: "m", clock: { now: () => 0, sleep: async (ms) => void slept.push(ms) } });
+    const session = proxy.openSession();
+    const refused = await call(proxy.tcpBaseUrl, session.token, { messages: [{ role: "user", content: "a" }] });
+    expect(refused.status).toBe(502);
+    expect(refused.json.error).toMatchObject({ code: "upstream_unreachable" });
+    expect(session.fatal).toBe(`the model endpoint http://127.0.0.1:${port}/v1/chat/completions cannot be reached (ECONNREFUSED, 3 attempts): is the model server running there? Check --base-url`);
+    expect(slept).toHaveLength(2);
+    for (const ms of slept) expect(ms).toBeLessThanOrEqual(1000);
+  });
+
   test("a rejected key is fatal and never echoed: the upstream's 401 (which repeats the key) becomes a 502 without it", async () => {
     server = await startScriptedModelServer({
       handler: () => ({ content: "unused" }),

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { createParser } from "eventsource-parser";
 import { request, type Dispatcher } from "undici";
 import { silentLogger, type Logger } from "@proctor/schema";
+import { UNREACHABLE_ATTEMPTS, unreachableCode } from "./errors";
 import { AdaptiveLimiter } from "./limiter";
 import { Session, tokenKey, type ModelProxySession, type ModelProxySessionOptions } from "./proxy-session";
 import { DEFAULT_RETRY_POLICY, backoffDelay, parseRetryAfter, systemClock, type Clock, type RetryPolicy } from "./retry";
@@ -132,6 +133,8 @@ export async function startModelProxy(options: ModelProxyOptions): Promise<Model
   const logger = options.logger ?? silentLogger;
   const timeoutMs = options.requestTimeoutMs ?? 10 * 60_000;
   const policy: RetryPolicy = { ...DEFAULT_RETRY_POLICY, ...options.retry };
+  /** Whether the upstream ever gave an HTTP answer: until it has, refused connections mean a wrong URL. */
+  let upstreamAnswered = false;
   const clock = options.clock ?? systemClock;
   const limiter = new AdaptiveLimiter({ max: options.maxConcurrency ?? 8, clock });
   const sessions = new Map<string, Session>();
@@ -292,9 +295,18 @@ export async function startModelProxy(options: ModelProxyOptions): Promise<Model
         if (gone.signal.aborted) return;
         lastStatus = null;
         lastError = `connection error: ${redact(error instanceof Error ? error.message : String(error))}`;
+        const refused = upstreamAnswered ? null : unreachableCode(error);
+        if (refused !== null && attempts >= UNREACHABLE_ATTEMPTS) {
+          // Never answered and refusing connections: a wrong base URL, not a blip. Stop the run like a rejected key.
+          const fatal = `the model endpoint ${url} cannot be reached (${refused}, ${attempts} attempts): is the model server running there? Check --base-url`;
+          session.markFatal(fatal);
+          session.recordReply(null, info(null, fatal));
+          return sendError(res, protocol, 502, "upstream_unreachable", `Proctor model proxy: ${fatal}`);
+        }
       }
       if (answer) {
         const status = answer.statusCode;
+        upstreamAnswered = true;
         firstByteMs ??= Math.round(performance.now() - started);
         if (status === 429) limiter.onRateLimited();
         if (status >= 200 && status < 300) {
@@ -354,7 +366,8 @@ export async function startModelProxy(options: ModelProxyOptions): Promise<Model
       session.totals.retries++;
       const elapsed = performance.now() - started;
       const asked = answer ? parseRetryAfter(answer.headers, clock.now()) : null;
-      const delay = asked !== null ? Math.min(asked, policy.maxRetryAfterMs) : backoffDelay(policy, attempts);
+      const backoff = backoffDelay(policy, attempts);
+      const delay = asked !== null ? Math.min(asked, policy.maxRetryAfterMs) : !upstreamAnswered && lastStatus === null ? Math.min(backoff, 1000) : backoff;
       if (attempts >= policy.maxAttempts || elapsed + delay > policy.maxElapsedMs) {
         recordInputs();
         if (!route.countTokens) session.recordReply(null, info(lastStatus, `${lastError} (gave up after ${attempts} attempts)`));

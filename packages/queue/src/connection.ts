@@ -1,7 +1,7 @@
 import type { ConnectionOptions } from "bullmq";
 import { Redis, type RedisOptions } from "ioredis";
 import type { Logger } from "@proctor/schema";
-import { QueueUrlError } from "./errors";
+import { QueueUnreachableError, QueueUrlError } from "./errors";
 
 /** Key prefix of everything Proctor keeps in Redis (BullMQ's own keys too). */
 export const KEY_PREFIX = "proctor";
@@ -73,22 +73,48 @@ export function bullConnection(target: QueueTarget): ConnectionOptions {
  * A connection that says clearly, once per outage, that Redis is gone and that it keeps
  * retrying, and says when it is back.
  */
-export function connect(target: QueueTarget, logger: Logger, role: string): Redis {
+export function connect(target: QueueTarget, logger: Logger, role: string, outage: Outage = { down: false }): Redis {
   const redis = new Redis(redisOptions(target));
-  watchConnection(redis, target, logger, role);
+  watchConnection(redis, target, logger, role, outage);
   return redis;
 }
 
-export function watchConnection(emitter: { on(event: string, fn: (...args: any[]) => void): unknown }, target: QueueTarget, logger: Logger, role: string): void {
-  let down = false;
+/** Whether Redis is away, shared by one side's connections so an outage is reported once, not once per connection. */
+export interface Outage {
+  down: boolean;
+}
+
+export function watchConnection(emitter: { on(event: string, fn: (...args: any[]) => void): unknown }, target: QueueTarget, logger: Logger, role: string, outage: Outage = { down: false }): void {
   emitter.on("error", (error: Error) => {
-    if (down) return;
-    down = true;
+    if (outage.down) return;
+    outage.down = true;
     logger.error(`Redis at ${target.display} is unreachable (${error.message}); ${role} keeps retrying, nothing is lost`, { role });
   });
   emitter.on("ready", () => {
-    if (!down) return;
-    down = false;
+    if (!outage.down) return;
+    outage.down = false;
     logger.info(`Redis at ${target.display} is back; ${role} continues`, { role });
   });
+}
+
+/**
+ * One PING with no retries, before anything is queued: a run or a server that starts against a
+ * Redis that is not there stops with one line (QueueUnreachableError) instead of waiting for it.
+ * Outages after a good start are waited out (see connect()).
+ */
+export async function checkQueueReachable(url: string, timeoutMs = 5000): Promise<void> {
+  const target = parseQueueUrl(url);
+  const redis = new Redis({ ...redisOptions(target), lazyConnect: true, connectTimeout: timeoutMs, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null });
+  // The socket's own error (ECONNREFUSED, ENOTFOUND) says more than the rejection ("Connection is closed").
+  let first: Error | null = null;
+  redis.on("error", (error: Error) => (first ??= error));
+  try {
+    await redis.connect();
+    await redis.ping();
+  } catch (error) {
+    const reason = (first ?? (error instanceof Error ? error : null))?.message ?? String(error);
+    throw new QueueUnreachableError(`Redis at ${target.display} does not answer (${reason}): start it (redis-server --port ${target.port} --appendonly yes) or fix --queue`, { cause: error });
+  } finally {
+    redis.disconnect();
+  }
 }

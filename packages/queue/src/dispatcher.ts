@@ -8,7 +8,7 @@ import { silentLogger, TrialResult, type EventBody, type Logger, type TaskSpec }
 import { Queue, QueueEvents } from "bullmq";
 import type { Redis } from "ioredis";
 import { bundleTask, packBundle, type BundleRef, type BundleSource, type DirBundleStore } from "./bundles";
-import { connect, KEY_PREFIX, parseQueueUrl, bullConnection, TRIAL_QUEUE, watchConnection, type QueueTarget } from "./connection";
+import { connect, KEY_PREFIX, parseQueueUrl, bullConnection, TRIAL_QUEUE, watchConnection, type Outage, type QueueTarget } from "./connection";
 import { DispatchError } from "./errors";
 import { jobIdOf, keys, type RunContext, type TaskRecord, type TrialJob } from "./protocol";
 import { publishSpec } from "./specs";
@@ -90,6 +90,8 @@ export class QueueDispatcher {
   private waitingSince: number | null = null;
   private lastNotice = 0;
   private closed = false;
+  /** One report per outage for all of the dispatcher's connections. */
+  private readonly outage: Outage = { down: false };
 
   constructor(private readonly options: QueueDispatcherOptions) {
     this.target = parseQueueUrl(options.url);
@@ -97,11 +99,11 @@ export class QueueDispatcher {
     this.logger = options.logger ?? silentLogger;
     const connection = bullConnection(this.target);
     this.queue = new Queue(TRIAL_QUEUE, { connection, prefix: this.prefix });
-    watchConnection(this.queue, this.target, this.logger, "the dispatcher");
+    watchConnection(this.queue, this.target, this.logger, "the dispatcher", this.outage);
     this.queueEvents = new QueueEvents(TRIAL_QUEUE, { connection, prefix: this.prefix });
     this.queueEvents.on("error", () => undefined); // reported once by the queue's own watcher
     this.queueEvents.on("failed", ({ jobId, failedReason }) => void this.onFailed(jobId, failedReason));
-    this.redis = connect(this.target, this.logger, "the dispatcher");
+    this.redis = connect(this.target, this.logger, "the dispatcher", this.outage);
     this.ready = Promise.all([this.queue.waitUntilReady(), this.queueEvents.waitUntilReady()]).then(() => undefined);
     this.poller = setInterval(() => void this.poll(), options.pollMs ?? 2000);
     this.poller.unref();
@@ -244,7 +246,7 @@ export class QueueDispatcher {
   /** Reads the run's event and result streams until no trial of it is pending. */
   private async read(state: RunState): Promise<void> {
     const runId = state.ctx.runId;
-    const reader = connect(this.target, this.logger, "the dispatcher");
+    const reader = connect(this.target, this.logger, "the dispatcher", this.outage);
     state.reader = reader;
     const eventsKey = keys.events(this.prefix, runId);
     const resultsKey = keys.results(this.prefix, runId);
@@ -398,8 +400,16 @@ export class QueueDispatcher {
       state.pending.clear();
       state.reader?.disconnect();
     }
-    await Promise.allSettled([this.queue.close(), this.queueEvents.close()]);
+    // A graceful close waits for Redis to answer; while it is away (the run was stopped during an
+    // outage) nothing more can be said to it, so the connections are dropped and the process can end.
+    const away = this.redis.status !== "ready";
     this.redis.disconnect();
+    if (away) {
+      // BullMQ's disconnect() never settles while Redis is away: not awaited, or the run would end silently.
+      for (const closing of [this.queue.disconnect(), this.queueEvents.disconnect()]) closing.catch(() => undefined);
+      return;
+    }
+    await Promise.allSettled([this.queue.close(), this.queueEvents.close()]);
   }
 }
 

@@ -17,6 +17,14 @@ export class QueueUrlError extends QueueError {
   }
 }
 
+/** Redis did not answer when a run or a server started (nothing was queued). */
+export class QueueUnreachableError extends QueueError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "QueueUnreachableError";
+  }
+}
+
 /**
  * A task bundle a worker could not get or must not use: not found, refused by the server (401
  * for a wrong worker token), or its bytes do not hash to the sha256 the job names (tampered).

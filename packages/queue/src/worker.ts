@@ -107,7 +107,9 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
   const id = `${host}-${process.pid}-${randomBytes(3).toString("hex")}`;
   const name = options.name ?? `${host}-${process.pid}`;
   const heartbeatMs = options.heartbeatMs ?? 5000;
-  const redis = connect(target, logger, `worker ${name}`);
+  // One report per outage for the worker's connections.
+  const outage = { down: false };
+  const redis = connect(target, logger, `worker ${name}`, outage);
   const specs = new SpecCache(redis, prefix);
   const cache = new BundleCache(join(options.workDir, "bundles"), options.token ? { token: options.token } : {});
   // Workers reap each other's containers per Docker daemon: workers in containers on one daemon
@@ -333,7 +335,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
     maxStalledCount: 3,
     autorun: false,
   });
-  watchConnection(worker, target, logger, `worker ${name}`);
+  watchConnection(worker, target, logger, `worker ${name}`, outage);
   worker.on("failed", (job, error) => {
     if (!job) return;
     logger.warn("trial job failed", { job: job.id, attempt: job.attemptsMade, error: error.message });

@@ -1,5 +1,5 @@
 import type { ComparisonReport, FlakyReport, RunReport } from "./model";
-import { categoryRows, competitionRows, fixed, flakyRows, flakySummary, formatDuration, percent, percentInterval, pValue } from "./text";
+import { categoryRows, competitionRows, fixed, flakyRows, flakySummary, formatDuration, percent, percentInterval, pValue, taskRows } from "./text";
 
 export function htmlEscape(text: string): string {
   return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(/'/g, "&#39;");
@@ -50,7 +50,7 @@ function runSection(r: RunReport): string {
     `<h3>By category</h3>`,
     table(["category", "trials", "passed", "failed", "errored", "pass rate"], categoryRows(r), new Set([1, 2, 3, 4, 5])),
     `<h3>Tasks</h3>`,
-    table(["task", "attempts", "passed", "pass rate", "mean reward"], r.tasks.map((t) => [t.taskId, String(t.attempts), String(t.passed), percent(t.passRate), fixed(t.meanReward)]), new Set([1, 2, 3, 4])),
+    table(["task", "attempts", "passed", "pass rate", "mean reward"], taskRows(r), new Set([1, 2, 3, 4])),
   ];
   if (r.problems.length > 0) {
     parts.push(`<h3>Failed, errored and flagged trials (${r.problems.length})</h3>`);
@@ -65,11 +65,11 @@ function comparisonSection(c: ComparisonReport): string {
     ["common tasks", `${k.commonTasks}${k.onlyInA.length ? `; only in A: ${k.onlyInA.join(", ")}` : ""}${k.onlyInB.length ? `; only in B: ${k.onlyInB.join(", ")}` : ""}`],
     ["pass rate", `A ${percent(k.passRate.a)} → B ${percent(k.passRate.b)} over ${k.passRate.of}`],
     ["flips", `${k.mcnemar.failToPass} fail → pass, ${k.mcnemar.passToFail} pass → fail`],
-    ["McNemar", `p = ${pValue(k.mcnemar.pValue)} (${k.mcnemar.method}; ${k.mcnemar.passToFail + k.mcnemar.failToPass} discordant of ${k.mcnemar.pairs} pairs)`],
+    ["McNemar", `${pValue(k.mcnemar.pValue)} (${k.mcnemar.method}; ${k.mcnemar.passToFail + k.mcnemar.failToPass} discordant of ${k.mcnemar.pairs} pairs)`],
   ];
   if (k.rewardDifference) {
     const d = k.rewardDifference;
-    facts.push(["reward B − A", `${fixed(d.estimate)} [${fixed(d.low)}, ${fixed(d.high)}] ${Math.round(d.confidence * 100)}% CI, p = ${pValue(d.pValue)} (${d.method}; n = ${d.n} tasks)`]);
+    facts.push(["reward B − A", `${fixed(d.estimate)} [${fixed(d.low)}, ${fixed(d.high)}] ${Math.round(d.confidence * 100)}% CI, ${pValue(d.pValue)} (${d.method}; n = ${d.n} tasks)`]);
   }
   facts.push(["test to read", k.binary ? "McNemar (every reward is 0 or 1)" : "paired bootstrap (rewards are continuous)"]);
   const parts = [

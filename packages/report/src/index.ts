@@ -35,3 +35,5 @@ export {
   sha256File,
 } from "./receipt";
 export type { Receipt, ReceiptBody, ReceiptSigner, BuildReceiptOptions, VerifyReceiptOptions, ReceiptVerification, ReceiptProblem } from "./receipt";
+export { firstFailure, failureInOutput, readFirstFailure } from "./failure";
+export type { FirstFailure } from "./failure";

@@ -6,6 +6,7 @@ import { XMLParser, XMLValidator } from "fast-xml-parser";
 import type { TrialResult } from "@proctor/schema";
 import { summarize } from "@proctor/reward";
 import { findRunDirs, loadRun, renderReport, type LoadedRun } from "./index";
+import { pValue } from "./text";
 
 function trial(taskId: string, status: TrialResult["status"], extra: Partial<TrialResult> = {}): TrialResult {
   return {
@@ -89,6 +90,26 @@ describe("proctor report formats", () => {
     expect(text).toMatch(/data-join__1\s+error\s+agent\s+tampered: \/usr\/bin\/python3\s+trials/);
     expect(text).toMatch(/sw-fix__1\s+passed\s+-\s+survivors: 1 \(nginx\); flagged: passed with agent processes alive/);
     expect(text).toContain("no reward file: /logs/verifier/reward.txt");
+  });
+
+  it("table and md: a per-task table; text columns left-aligned, figures right-aligned; a tiny p-value reads p < 0.0001", async () => {
+    const text = await renderReport([a], "table");
+    expect(text).toContain("By task (5)");
+    expect(text).toMatch(/^data-clean\s+1\s+0\s+0\.0%\s+0\.000$/m);
+    // The reason column starts where its header does (left-aligned), on every row.
+    const lines = text.split("\n");
+    const header = lines.find((l) => l.startsWith("trial ") && l.includes("reason")) ?? "";
+    for (const id of ["data-clean__1", "data-join__1"]) {
+      const row = lines.find((l) => l.startsWith(id)) ?? "";
+      const reason = id === "data-clean__1" ? "reward 0" : "tampered";
+      expect(row.indexOf(reason), row).toBe(header.indexOf("reason"));
+      expect(row.indexOf("trials/"), row).toBe(header.indexOf("verifier log"));
+    }
+    const md = await renderReport([a], "md");
+    expect(md).toContain("| task | attempts | passed | pass rate | mean reward |\n| --- | ---: | ---: | ---: | ---: |");
+    expect(md).toContain("| trial | status | error kind | reason | verifier log |\n| --- | --- | --- | --- | --- |");
+    expect(pValue(0.00001)).toBe("p < 0.0001");
+    expect(pValue(0.625)).toBe("p = 0.6250");
   });
 
   it("two runs: a paired comparison with flips, McNemar and its denominator", async () => {

@@ -22,14 +22,24 @@ export function percentInterval(ci: Interval | null): string {
   return ci ? `[${percent(ci.low)}, ${percent(ci.high)}]` : "";
 }
 
+/** "p = 0.0123", or "p < 0.0001" for the smallest values. */
 export function pValue(p: number): string {
-  return p < 0.0001 ? "< 0.0001" : p.toFixed(4);
+  return p < 0.0001 ? "p < 0.0001" : `p = ${p.toFixed(4)}`;
 }
 
-/** A plain text table: left-aligned first column, right-aligned others (numbers), or every column left-aligned (ids, paths). */
+// A cell that reads as a figure: a count, a rate, a reward, a duration, an interval ("-" for none).
+const FIGURE = /^(-|[-+]?\d[\d,]*(\.\d+)?(%|s|ms)?( ± [\d.,]+%?)?( \[[^\]]*\])?|\d+(h\d+m|m\d+s|s)|\d+\/\d+)$/;
+
+/** Which columns hold figures (right-aligned) rather than text (left-aligned); the first column is always text. */
+function figureColumns(header: string[], rows: string[][]): boolean[] {
+  return header.map((_, i) => i > 0 && rows.length > 0 && rows.every((r) => FIGURE.test((r[i] ?? "").trim())) && rows.some((r) => (r[i] ?? "-") !== "-"));
+}
+
+/** A plain text table: figures right-aligned, text (ids, statuses, reasons, paths) left-aligned; "left" aligns every column left. */
 export function textTable(header: string[], rows: string[][], align: "numbers" | "left" = "numbers"): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i === 0 || align === "left" ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join("  ").trimEnd();
+  const right = align === "left" ? header.map(() => false) : figureColumns(header, rows);
+  const line = (cells: string[]) => cells.map((c, i) => (right[i] ? c.padStart(widths[i] ?? 0) : c.padEnd(widths[i] ?? 0))).join("  ").trimEnd();
   return [line(header), widths.map((w) => "-".repeat(w)).join("  "), ...rows.map(line)].join("\n");
 }
 
@@ -37,10 +47,11 @@ function mdEscape(text: string): string {
   return text.replace(/\|/g, "\\|").replace(/\r?\n/g, " ");
 }
 
-/** A GitHub-flavoured Markdown table. */
+/** A GitHub-flavoured Markdown table: figures right-aligned, text left-aligned. */
 export function mdTable(header: string[], rows: string[][]): string {
   const line = (cells: string[]) => `| ${cells.map(mdEscape).join(" | ")} |`;
-  return [line(header), `|${header.map((_, i) => (i === 0 ? " --- " : " ---: ")).join("|")}|`, ...rows.map(line)].join("\n");
+  const right = figureColumns(header, rows);
+  return [line(header), `|${header.map((_, i) => (right[i] ? " ---: " : " --- ")).join("|")}|`, ...rows.map(line)].join("\n");
 }
 
 type Table = (header: string[], rows: string[][]) => string;
@@ -90,6 +101,11 @@ function competitionSections(r: RunReport, table: Table, heading: (s: string) =>
   ];
 }
 
+/** One row per task: attempts, passes, pass rate, mean reward (the same table html shows). */
+export function taskRows(r: RunReport): string[][] {
+  return r.tasks.map((t) => [t.taskId, String(t.attempts), String(t.passed), percent(t.passRate), fixed(t.meanReward)]);
+}
+
 function problemRows(r: RunReport): string[][] {
   return r.problems.map((p) => [p.trialId, p.status, p.kind ?? "-", [p.reason, ...p.flags].filter(Boolean).join("; ") || "-", p.verifierLog]);
 }
@@ -98,6 +114,7 @@ function runSections(r: RunReport, table: Table, heading: (s: string) => string)
   const out = [...headline(r).map((l) => (table === mdTable ? `- ${l.replace(/^(\S+(?: \S+)?)\s{2,}/, "**$1** ")}` : l)), ""];
   if (r.competitions.totals) out.push(...competitionSections(r, table, heading));
   out.push(heading("By category"), table(["category", "trials", "passed", "failed", "errored", "pass rate"], categoryRows(r)), "");
+  out.push(heading(`By task (${r.tasks.length})`), table(["task", "attempts", "passed", "pass rate", "mean reward"], taskRows(r)), "");
   if (r.problems.length > 0) {
     out.push(heading(`Failed, errored and flagged trials (${r.problems.length})`));
     out.push(table(["trial", "status", "error kind", "reason", "verifier log"], problemRows(r)), "");
@@ -125,11 +142,11 @@ function comparisonSections(c: ComparisonReport, table: Table, heading: (s: stri
     `common tasks   ${k.commonTasks}${k.onlyInA.length ? `; only in A: ${k.onlyInA.length}` : ""}${k.onlyInB.length ? `; only in B: ${k.onlyInB.length}` : ""}`,
     `paired trials  ${k.pairs} (${k.passRate.of})`,
     `flips          ${k.mcnemar.failToPass} fail->pass, ${k.mcnemar.passToFail} pass->fail`,
-    `McNemar        p = ${pValue(k.mcnemar.pValue)} (${k.mcnemar.method}; ${k.mcnemar.passToFail + k.mcnemar.failToPass} discordant of ${k.mcnemar.pairs} pairs)`,
+    `McNemar        ${pValue(k.mcnemar.pValue)} (${k.mcnemar.method}; ${k.mcnemar.passToFail + k.mcnemar.failToPass} discordant of ${k.mcnemar.pairs} pairs)`,
   ];
   if (k.rewardDifference) {
     const d = k.rewardDifference;
-    lines.push(`reward B - A   ${d.estimate >= 0 ? "+" : ""}${fixed(d.estimate)} [${fixed(d.low)}, ${fixed(d.high)}] ${Math.round(d.confidence * 100)}% CI, p = ${pValue(d.pValue)} (${d.method}; n = ${d.n} tasks)`);
+    lines.push(`reward B - A   ${d.estimate >= 0 ? "+" : ""}${fixed(d.estimate)} [${fixed(d.low)}, ${fixed(d.high)}] ${Math.round(d.confidence * 100)}% CI, ${pValue(d.pValue)} (${d.method}; n = ${d.n} tasks)`);
   }
   lines.push(`test to read   ${k.binary ? "McNemar (every reward is 0 or 1)" : "paired bootstrap (rewards are continuous)"}`);
   out.push(...lines.map((l) => (table === mdTable ? `- ${l.replace(/^(\S+(?: \S+)*?)\s{2,}/, "**$1** ")}` : l)), "");

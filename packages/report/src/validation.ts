@@ -1,4 +1,5 @@
 import type { TrialResult } from "@proctor/schema";
+import type { FirstFailure } from "./failure";
 
 // `proctor tasks validate`: a task is valid when the oracle passes (SWE-bench: resolves) and nop
 // scores 0 without an error. These name what broke, with the failing tests or checks.
@@ -15,7 +16,7 @@ function firstLine(text: string): string {
 }
 
 /** What went wrong with the oracle's trial, naming the tests (or checks) that failed. */
-function oracleProblem(r: TrialResult | undefined): string | null {
+function oracleProblem(r: TrialResult | undefined, failure: FirstFailure | null | undefined): string | null {
   if (!r) return "oracle did not run";
   if (r.status === "passed") return null;
   if (r.status === "error") return `oracle error (${r.error?.kind}: ${firstLine(r.error?.message ?? "")})`;
@@ -26,7 +27,9 @@ function oracleProblem(r: TrialResult | undefined): string | null {
     return `oracle does not resolve: ${parts.join("; ") || "no failing test named"}`;
   }
   const failing = (r.checks ?? []).filter((c) => !c.passed).map((c) => `${c.name} (${c.timedOut ? "timed out" : `exit ${c.exitCode}`})`);
-  return `oracle reward ${r.reward}, expected 1${failing.length > 0 ? `; failing checks: ${listed(failing)}` : ""}`;
+  // Tasks whose tests write a reward name their failure only in their output.
+  const named = failing.length > 0 ? `; failing checks: ${listed(failing)}` : failure ? `; first failure: ${failure.name === "tests' output" ? failure.message : `${failure.name}: ${failure.message}`}` : "";
+  return `oracle reward ${r.reward}, expected 1${named}`;
 }
 
 /** What went wrong with nop's trial: it must score 0 without an error. */
@@ -43,7 +46,11 @@ function nopProblem(r: TrialResult | undefined): string | null {
   return `nop reward ${r.reward}, expected 0${passing.length > 0 ? `; checks passing without a fix: ${listed(passing)}` : ""}`;
 }
 
-/** What is wrong with a task from its oracle and nop trials (none run: that is a problem too); [] when valid. */
-export function validationProblems(trials: { oracle?: TrialResult; nop?: TrialResult }): string[] {
-  return [oracleProblem(trials.oracle), nopProblem(trials.nop)].filter((p): p is string => p !== null);
+/**
+ * What is wrong with a task from its oracle and nop trials (none run: that is a problem too); [] when
+ * valid. `oracleFailure` (readFirstFailure of the oracle's trial) names the failing test or line of
+ * a task whose tests only write a reward.
+ */
+export function validationProblems(trials: { oracle?: TrialResult; nop?: TrialResult }, oracleFailure?: FirstFailure | null): string[] {
+  return [oracleProblem(trials.oracle, oracleFailure), nopProblem(trials.nop)].filter((p): p is string => p !== null);
 }

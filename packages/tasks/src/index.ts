@@ -1,19 +1,16 @@
 export { TaskLoadError, UnsupportedTaskError } from "./errors";
 export type { TaskLoadErrorOptions } from "./errors";
-export { loadTasks, loadTaskDir, detectTaskDir } from "./sources";
-export type { LoadTasksOptions, LoadTasksResult, TaskDirFormat } from "./sources";
+export { loadTasks } from "./sources";
+export type { LoadTasksOptions, LoadTasksResult } from "./sources";
+export { loadTaskDir, detectTaskDir } from "./task-dir";
+export type { TaskDirFormat } from "./task-dir";
 export type { LoaderOptions, LoadedTask } from "./common";
 export { loadNativeTask, NATIVE_TEST_COMMAND, NATIVE_SOLUTION_COMMAND } from "./native";
 export { loadTb1Task, TB1_TEST_COMMAND, TB1_SOLUTION_COMMAND, TB1_DEFAULT_AGENT_TIMEOUT_SEC, TB1_DEFAULT_TEST_TIMEOUT_SEC } from "./tb1";
-export {
-  loadTermExecutorArchive,
-  loadTermExecutorTask,
-  isTermExecutorRoot,
-  TERM_EXECUTOR_CHECK_TIMEOUT_SEC,
-  TERM_EXECUTOR_INSTALL_TIMEOUT_SEC,
-  TERM_EXECUTOR_SOLUTION_COMMAND,
-} from "./term-executor";
-export type { TermExecutorOptions, TermExecutorArchive } from "./term-executor";
+export { loadTermExecutorTask, TERM_EXECUTOR_CHECK_TIMEOUT_SEC, TERM_EXECUTOR_INSTALL_TIMEOUT_SEC, TERM_EXECUTOR_SOLUTION_COMMAND } from "./term-executor";
+export type { TermExecutorOptions } from "./term-executor";
+export { loadTermExecutorArchive, isTermExecutorRoot } from "./submission";
+export type { TermExecutorArchive } from "./submission";
 export { hashTask } from "./hash";
 export { defaultCacheDir } from "./tree";
 export { parseSizeMb } from "./fields";

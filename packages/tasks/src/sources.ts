@@ -5,13 +5,12 @@ import { TASK_ID_PATTERN, type TaskSpec } from "@proctor/schema";
 import { loggerOf, type LoadedTask } from "./common";
 import { TaskLoadError, UnsupportedTaskError } from "./errors";
 import { displayPath } from "./fields";
-import { loadNativeTask } from "./native";
-import { isCompetitionDir, loadCompetitionTask } from "./competition";
 import { isSwebenchFile, loadSwebenchFile, type SwebenchOptions } from "./swebench";
 import { isTb2File, loadTb2File } from "./tb2";
-import { loadTb1Task } from "./tb1";
-import { isTermExecutorRoot, loadTermExecutorArchive, loadTermExecutorTask, type TermExecutorOptions } from "./term-executor";
-import { byPath, isDir, isFile } from "./tree";
+import type { TermExecutorOptions } from "./term-executor";
+import { detectTaskDir, loadTaskDir } from "./task-dir";
+import { isTermExecutorRoot, loadTermExecutorArchive } from "./submission";
+import { byPath } from "./tree";
 
 export interface LoadTasksOptions extends TermExecutorOptions, SwebenchOptions {
   /** Keep only tasks whose id matches any of these globs (picomatch). Empty or absent: all. */
@@ -27,32 +26,6 @@ export interface LoadTasksResult {
   tasks: TaskSpec[];
   /** Every problem found, in source order; a caller should refuse to run when there is any. */
   errors: TaskLoadError[];
-}
-
-export type TaskDirFormat = "native" | "tb1" | "term-executor" | "competition";
-
-/** Which single-task format a directory holds, or null when it is not a task directory. */
-export async function detectTaskDir(dir: string): Promise<TaskDirFormat | null> {
-  if (await isCompetitionDir(dir)) return "competition";
-  if ((await isFile(join(dir, "task.toml"))) || (await isFile(join(dir, "instruction.md")))) return "native";
-  if (await isFile(join(dir, "task.yaml"))) return "tb1";
-  if ((await isFile(join(dir, "run-tests.sh"))) || (await isFile(join(dir, "solution.sh")))) return "tb1";
-  if ((await isFile(join(dir, "tests", "test.sh"))) || (await isDir(join(dir, "environment")))) return "native";
-  if (await isFile(join(dir, "workspace.yaml"))) return "term-executor";
-  return null;
-}
-
-/** Load one task directory in whichever format it holds. */
-export async function loadTaskDir(dir: string, options: TermExecutorOptions = {}): Promise<LoadedTask> {
-  const format = await detectTaskDir(dir);
-  if (format === "competition") return loadCompetitionTask(dir, options);
-  if (format === "native") return loadNativeTask(dir, options);
-  if (format === "tb1") return loadTb1Task(dir, options);
-  if (format === "term-executor") return loadTermExecutorTask(dir, options);
-  return {
-    task: null,
-    errors: [new TaskLoadError(displayPath(dir), "is not a task directory: expected task.toml/instruction.md (native), task.yaml (Terminal-Bench 1) or workspace.yaml (term-executor)")],
-  };
 }
 
 const ARCHIVE = /\.(zip|tar|tar\.gz|tgz)$/i;

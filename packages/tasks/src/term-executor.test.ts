@@ -4,7 +4,8 @@ import { join } from "node:path";
 import { silentLogger, type Logger } from "@proctor/schema";
 import { describe, expect, test } from "vitest";
 import { must, script, tempDir, writeTree, type FileSpec } from "../test/fixtures";
-import { loadTermExecutorArchive, loadTermExecutorTask, TERM_EXECUTOR_SOLUTION_COMMAND } from "./term-executor";
+import { loadTermExecutorTask, TERM_EXECUTOR_SOLUTION_COMMAND } from "./term-executor";
+import { loadTermExecutorArchive } from "./submission";
 
 const WORKSPACE = `
 repo: psf/requests
@@ -200,7 +201,7 @@ describe("loadTermExecutorArchive", () => {
     });
     expect((await loadTermExecutorTask(join(root, "tasks/t"))).errors).toEqual([]);
     const { errors } = await loadTermExecutorTask(join(root, "tasks/t"), { allowLocalRepos: false });
-    expect(errors.map((e) => e.detail)).toEqual(['repo must be an http(s), ssh or git@ URL here (local repositories are not allowed), got "/srv/private-repo"']);
+    expect(errors.map((e) => e.detail)).toEqual(['repo must be an http(s), ssh or git@ URL here, got "/srv/private-repo": local repositories are refused unless the server runs with --allow-local-repos']);
   });
 
   test("base_commit must be a full commit id: an option-looking or abbreviated one is a load error naming the file and field", async () => {

@@ -1,10 +1,8 @@
-import { readdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { COMMIT_ID, DEFAULT_AGENT_TIMEOUT_SEC, DEFAULT_BUILD_TIMEOUT_SEC, type CheckSpec, type TaskSpec } from "@proctor/schema";
 import { checkTaskId, finish, loggerOf, parseYaml, readText, scalarSource, type LoadedTask, type LoaderOptions } from "./common";
-import { TaskLoadError } from "./errors";
 import { describe, displayPath, fail, isTable, kinds, Section, stringOrList, type Report } from "./fields";
-import { byPath, defaultCacheDir, isDir, isFile, listTree, prepareDir } from "./tree";
+import { defaultCacheDir, isDir, isFile, listTree, prepareDir } from "./tree";
 
 /** term-executor's own per-test-script timeout (TEST_TIMEOUT_SECS). */
 export const TERM_EXECUTOR_CHECK_TIMEOUT_SEC = 300;
@@ -25,89 +23,6 @@ export interface TermExecutorOptions extends LoaderOptions {
    * into the sandbox.
    */
   allowLocalRepos?: boolean;
-}
-
-export interface TermExecutorArchive {
-  /** Tasks that loaded, sorted by id. */
-  tasks: TaskSpec[];
-  /** The archive's agent_code/ directory, or null when it has none. */
-  agentDir: string | null;
-  /** Every task that failed to load (and problems with the layout itself); never silently skipped. */
-  errors: TaskLoadError[];
-}
-
-/**
- * Load an extracted term-executor archive: `tasks/<id>/` (workspace.yaml, prompt.md, tests/ or
- * checks.txt) and `agent_code/`, at `rootDir` or in the one directory below it.
- */
-export async function loadTermExecutorArchive(rootDir: string, options: TermExecutorOptions = {}): Promise<TermExecutorArchive> {
-  const errors: TaskLoadError[] = [];
-  const root = await findRoot(resolve(rootDir), errors);
-  if (root === null) return { tasks: [], agentDir: null, errors };
-  const agentDir = (await isDir(join(root, "agent_code"))) ? join(root, "agent_code") : null;
-  const tasksDir = join(root, "tasks");
-  if (!(await isDir(tasksDir))) {
-    errors.push(new TaskLoadError(displayPath(root), "has no tasks/ directory: a term-executor archive holds tasks/<id>/ beside agent_code/"));
-    return { tasks: [], agentDir, errors };
-  }
-  const names = (await readdir(tasksDir, { withFileTypes: true }))
-    .filter((entry) => entry.isDirectory() && !entry.name.startsWith(".") && entry.name !== "__MACOSX")
-    .map((entry) => entry.name)
-    .sort(byPath);
-  if (names.length === 0) errors.push(new TaskLoadError(displayPath(tasksDir), "holds no task directories"));
-  const tasks: TaskSpec[] = [];
-  for (const name of names) {
-    const loaded = await loadTermExecutorTask(join(tasksDir, name), options);
-    if (loaded.task) tasks.push(loaded.task);
-    errors.push(...loaded.errors);
-  }
-  return { tasks, agentDir, errors };
-}
-
-/** True when `dir` looks like a term-executor root (or holds one a level down). */
-export async function isTermExecutorRoot(dir: string): Promise<boolean> {
-  if (await looksLikeRoot(dir)) return true;
-  const children = await subdirs(dir);
-  for (const child of children) if (await looksLikeRoot(join(dir, child))) return true;
-  return false;
-}
-
-async function looksLikeRoot(dir: string): Promise<boolean> {
-  if (await isDir(join(dir, "agent_code"))) return true;
-  const tasksDir = join(dir, "tasks");
-  if (!(await isDir(tasksDir))) return false;
-  for (const name of await subdirs(tasksDir)) {
-    if ((await isFile(join(tasksDir, name, "workspace.yaml"))) || (await isFile(join(tasksDir, name, "prompt.md")))) return true;
-  }
-  return false;
-}
-
-async function subdirs(dir: string): Promise<string[]> {
-  const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
-  return entries.filter((e) => e.isDirectory() && !e.name.startsWith(".") && e.name !== "__MACOSX").map((e) => e.name).sort(byPath);
-}
-
-async function findRoot(dir: string, errors: TaskLoadError[]): Promise<string | null> {
-  if (!(await isDir(dir))) {
-    errors.push(new TaskLoadError(displayPath(dir), "is not a directory: give the extracted archive's directory"));
-    return null;
-  }
-  if ((await isDir(join(dir, "tasks"))) || (await isDir(join(dir, "agent_code")))) return dir;
-  const candidates: string[] = [];
-  for (const child of await subdirs(dir)) {
-    if ((await isDir(join(dir, child, "tasks"))) || (await isDir(join(dir, child, "agent_code")))) candidates.push(child);
-  }
-  const [only] = candidates;
-  if (only !== undefined && candidates.length === 1) return join(dir, only);
-  errors.push(
-    new TaskLoadError(
-      displayPath(dir),
-      candidates.length === 0
-        ? "has no tasks/ or agent_code/ directory, at its root or one directory down"
-        : `has several directories holding tasks/ or agent_code/ (${candidates.join(", ")}); put one at the root`,
-    ),
-  );
-  return null;
 }
 
 const REMOTE_REPO = /^(https?:\/\/|ssh:\/\/|git@)/;
@@ -153,7 +68,7 @@ export async function loadTermExecutorTask(dir: string, options: TermExecutorOpt
   if (repo !== undefined) {
     if (GITHUB_SHORTHAND.test(repo)) repo = `https://github.com/${repo}`;
     else if (!REMOTE_REPO.test(repo) && options.allowLocalRepos === false) {
-      yaml.fail("repo", `must be an http(s), ssh or git@ URL here (local repositories are not allowed), got ${describe(repo)}`);
+      yaml.fail("repo", `must be an http(s), ssh or git@ URL here, got ${describe(repo)}: local repositories are refused unless the server runs with --allow-local-repos`);
     }
   }
   const baseCommit = text("base_commit");

@@ -314,6 +314,8 @@ async function trialPage(runId, trialId) {
   }
   show(
     h("h1", {}, `Trial ${r.trialId}`, " ", h("span", { class: r.status }, r.status)),
+    // What failed first, before everything else: the test or check and its message.
+    t.failure ? h("p", { id: "first-failure", class: "error" }, h("b", {}, "First failure: "), h("code", {}, t.failure.name), ` — ${t.failure.message}`) : null,
     h("dl", {}, facts.flatMap(([k, v]) => [h("dt", {}, k), h("dd", { class: k === "status" ? v : null }, v)])),
     t.reason ? h("p", { id: "reason" }, h("b", {}, "Why: "), t.reason) : null,
     h("h2", {}, "Phase timings"),

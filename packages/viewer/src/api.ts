@@ -1,7 +1,7 @@
 import { lstat, open, readdir, readFile, realpath, stat } from "node:fs/promises";
 import { basename, join, resolve, sep } from "node:path";
 import type { TrialResult } from "@proctor/schema";
-import { buildComparison, buildRunReport, fullReason, trialFlags, type RunReport } from "@proctor/report";
+import { buildComparison, buildRunReport, fullReason, readFirstFailure, trialFlags, type RunReport } from "@proctor/report";
 import { wilsonInterval } from "@proctor/reward";
 import type { RunDir } from "./run-dir";
 
@@ -334,7 +334,7 @@ export async function answerApi(source: RunSource, path: readonly string[], quer
       if (s?.isFile()) files[name] = s.size;
     }
     const instruction = await (options.instruction ?? defaultInstruction)(run, trial.taskId);
-    const body = { result: trial, reason: fullReason(trial), flags: trialFlags(trial), files, sandboxFiles: await sandboxFiles(trialDir), instruction, trialDir: showPaths ? trialDir : null };
+    const body = { result: trial, reason: fullReason(trial), failure: await readFirstFailure(trial, trialDir), flags: trialFlags(trial), files, sandboxFiles: await sandboxFiles(trialDir), instruction, trialDir: showPaths ? trialDir : null };
     // Without paths, the run dir inside the result (an uploaded agent's dir, a message) reads as "." instead.
     return { status: 200, body: showPaths ? body : (JSON.parse(JSON.stringify(body).split(run.dir).join(".")) as unknown) };
   }

@@ -179,6 +179,13 @@ export async function startViewer(options: ViewerOptions): Promise<ViewerHandle>
   await new Promise<void>((done, fail) => {
     server.once("error", fail);
     server.listen(options.port ?? 4180, host, () => done());
+  }).catch(async (error: unknown) => {
+    // Nothing may keep the process alive after a failed listen: the poll and the watchers go too.
+    clearInterval(poll);
+    for (const w of watchers.values()) w.close();
+    wss.close();
+    await scanning;
+    throw error;
   });
   const address = server.address();
   const port = typeof address === "object" && address ? address.port : (options.port ?? 4180);

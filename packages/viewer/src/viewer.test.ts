@@ -216,6 +216,16 @@ describe.skipIf(!haveChromium)("proctor view in Chromium", () => {
     await page.close();
   });
 
+  test("trial page: the first failing test and its message come first, above the facts", async () => {
+    const page = await open("/#/run/20250302-100000-agent/trial/data-clean__1");
+    const failure = page.locator("#first-failure");
+    await failure.waitFor();
+    expect(await failure.innerText()).toBe("First failure: tests/test_outputs.py::test_file — AssertionError");
+    // Right under the title: nothing else stands between them.
+    expect(await page.locator("main h1 + p#first-failure").count()).toBe(1);
+    await page.close();
+  });
+
   test("trial page: the files the sandbox wrote (the tests' pytest output), labelled as the sandbox's, with sizes and the cut marks", async () => {
     const page = await open("/#/run/20250302-100000-agent/trial/data-clean__1");
     const section = page.locator("#sandbox-files");

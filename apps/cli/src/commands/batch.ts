@@ -1,6 +1,6 @@
 import { percent } from "../format";
 import { batchTaskTable, createBatchProgress } from "@proctor/report";
-import { clientFor, type ServerCredentials } from "./submit";
+import { clientFor, reconnectLine, type ServerCredentials } from "./submit";
 
 export interface BatchCommandOptions extends ServerCredentials {
   batchId: string;
@@ -28,7 +28,9 @@ export async function statusCommand(options: BatchCommandOptions): Promise<numbe
 export async function followCommand(options: BatchCommandOptions & { since?: number }): Promise<number> {
   const client = clientFor(options);
   const progress = createBatchProgress(process.stderr);
-  await client.follow(options.batchId, { onEvent: progress.onEvent, ...(options.since !== undefined ? { since: options.since } : {}) }).finally(() => progress.stop());
+  await client
+    .follow(options.batchId, { onEvent: progress.onEvent, onReconnect: reconnectLine, ...(options.since !== undefined ? { since: options.since } : {}) })
+    .finally(() => progress.stop());
   const status = await client.status(options.batchId);
   if (options.json) process.stdout.write(`${JSON.stringify(status, null, 2)}\n`);
   else {

@@ -1,10 +1,10 @@
 import { join, resolve } from "node:path";
 import type { TrialDispatch } from "@proctor/engine";
-import { DirBundleStore, QueueDispatcher, QueueUrlError, parseQueueUrl, remoteRuntime } from "@proctor/queue";
+import { DirBundleStore, QueueDispatcher, QueueUnreachableError, QueueUrlError, checkQueueReachable, parseQueueUrl, remoteRuntime } from "@proctor/queue";
 import { LOCAL_CAPABILITIES, type SandboxRuntime } from "@proctor/sandbox";
 import { DockerRuntime } from "@proctor/sandbox-docker";
 import type { Logger } from "@proctor/schema";
-import { UsageError } from "../errors";
+import { RuntimeMissingError, UsageError } from "../errors";
 import type { RuntimeChoice } from "../runtime";
 
 export interface QueuedRun {
@@ -17,6 +17,17 @@ export interface QueuedRun {
 /** The runtime workers must use: auto means Docker on the workers; the local runtime must be asked for by name. */
 export function queuedRuntime(choice: RuntimeChoice, logger: Logger): SandboxRuntime {
   return choice === "local" ? remoteRuntime("local", LOCAL_CAPABILITIES) : remoteRuntime("docker", new DockerRuntime({ logger, watchdog: false }).capabilities);
+}
+
+/** --queue's URL checked and Redis asked once before anything is queued: a bad URL exits 2, no answer exits 3. */
+export async function ensureQueue(url: string): Promise<void> {
+  try {
+    await checkQueueReachable(url);
+  } catch (error) {
+    if (error instanceof QueueUrlError) throw new UsageError(error.message, { cause: error });
+    if (error instanceof QueueUnreachableError) throw new RuntimeMissingError(error.message, { cause: error });
+    throw error;
+  }
 }
 
 /**

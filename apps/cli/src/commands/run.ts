@@ -13,7 +13,7 @@ import { CliError, UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT } from "../err
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
 import { createProgress, renderRunSummary } from "@proctor/report";
 import { prepareSources } from "../sources";
-import { openQueuedRun } from "./queue";
+import { ensureQueue, openQueuedRun } from "./queue";
 
 export interface RunCommandOptions {
   sources: string[];
@@ -101,6 +101,11 @@ export function llmSpec(flags: LlmFlags, env: NodeJS.ProcessEnv = process.env): 
   const apiKeyEnv = flags.apiKeyEnv ?? DEFAULT_API_KEY_ENV;
   if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(apiKeyEnv)) {
     throw new UsageError(`--api-key-env takes the NAME of an environment variable (e.g. OPENROUTER_API_KEY), not the key itself; got a value that is not a variable name`);
+  }
+  // A variable named on purpose must hold the key: requests without it would all fail. Only the
+  // default may be unset (local servers such as vLLM take no key).
+  if (apiKeyEnv !== DEFAULT_API_KEY_ENV && !env[apiKeyEnv]) {
+    throw new UsageError(`$${apiKeyEnv} is not set (--api-key-env ${apiKeyEnv}): export it with the API key, or leave --api-key-env out for an endpoint that takes no key`);
   }
   return {
     kind: "llm",
@@ -225,6 +230,34 @@ export function parseAgent(value: string | undefined, archiveAgentDir: string | 
   return { kind: "code", dir };
 }
 
+/** The agent in a few words: what it is, and the model it talks to. */
+function describeAgent(agent: AgentSpec | { name: string }, arg: string | undefined): string {
+  if (!("kind" in agent)) return arg ?? agent.name;
+  switch (agent.kind) {
+    case "oracle":
+      return "oracle (each task's reference solution)";
+    case "nop":
+      return "nop (does nothing)";
+    case "llm":
+      return `llm, model ${agent.model} at ${agent.baseUrl}`;
+    case "code":
+      return `code agent ${agent.dir}${agent.modelProxy ? `, model ${agent.modelProxy.model} through the model proxy to ${agent.modelProxy.baseUrl}` : ""}`;
+    case "installed":
+      return `${agent.name}${agent.version ? ` ${agent.version}` : ""}, model ${agent.modelProxy.model} through the model proxy to ${agent.modelProxy.baseUrl}`;
+    case "image":
+      return `agent image ${agent.dir}`;
+    default:
+      return arg ?? agent.kind;
+  }
+}
+
+/** Why the default agent was picked when --agent was not given. */
+function describeDefault(archiveAgentDir: string | null): string {
+  return archiveAgentDir
+    ? " (the archive's agent_code/, because no --agent was given; --agent oracle runs the reference solutions instead)"
+    : " (no --agent given; name one with --agent: nop, llm, claude-code, codex, a code agent's directory)";
+}
+
 /** Lines mode's quietest interval, from $PROCTOR_PROGRESS_INTERVAL_SEC (default 20 s). */
 function progressIntervalMs(env: NodeJS.ProcessEnv): number | undefined {
   const raw = env.PROCTOR_PROGRESS_INTERVAL_SEC;
@@ -346,6 +379,8 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   }
   if (sources.length === 0) throw new UsageError("proctor run: give at least one task source (a task dir, a dir of tasks, or an archive)");
 
+  if (options.queue) await ensureQueue(options.queue);
+
   const runDir = join(runsRoot, runId);
   await mkdir(runDir, { recursive: true });
   const prepared = await prepareSources(sources.map((s) => resolve(s)), join(runDir, "input"), options.logger);
@@ -364,6 +399,8 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   if (tasks.length === 0) throw new UsageError(`no tasks matched in ${sources.join(", ")}${options.include.length || options.exclude.length || options.tasksFile ? " after --include/--exclude/--tasks-file" : ""}`);
 
   const agent = agentArg?.startsWith("patches:") ? predictionsAgent(agentArg.slice("patches:".length)) : parseAgent(agentArg, prepared.agentDir, llmFlags);
+  // Which agent runs, and why that one: an archive's agent_code/ is used only when --agent is not given.
+  err.write(`agent: ${describeAgent(agent, agentArg)}${options.resume && options.agent === undefined ? " (the resumed run's)" : options.agent === undefined ? describeDefault(prepared.agentDir) : ""}\n`);
   const container = options.containerConfig !== undefined ? await readContainerConfig(options.containerConfig) : storedContainer;
   // A resume repeats the stored limits unless a limit flag or a container config is given (a
   // changed value is then refused like any other config change).

@@ -7,7 +7,7 @@ import { BUILTIN_INSTALLED_AGENTS } from "@proctor/agents";
 import { UsageError } from "../errors";
 import { installedDefinition } from "./run";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
-import { queuedRuntime } from "./queue";
+import { ensureQueue, queuedRuntime } from "./queue";
 
 export interface ServeOptions {
   host: string;
@@ -119,6 +119,7 @@ export async function serveCommand(options: ServeOptions): Promise<number> {
   const workerToken = options.workerToken ?? process.env.PROCTOR_WORKER_TOKEN;
   if (options.queue !== undefined && !workerToken) throw new UsageError("--queue needs a worker token: --worker-token TOKEN or PROCTOR_WORKER_TOKEN (workers send it to fetch task bundles)");
   if (options.queue === undefined && (options.workerToken !== undefined || options.publicUrl !== undefined)) throw new UsageError("--worker-token and --public-url need --queue redis://HOST:PORT/DB");
+  if (options.queue !== undefined) await ensureQueue(options.queue);
   const runtime = options.queue !== undefined ? queuedRuntime(parseRuntimeChoice(options.runtime), options.logger) : await openRuntime(parseRuntimeChoice(options.runtime), options.logger);
   if (runtime.name === "local" && !options.unsafeLocalRuntime) {
     throw new UsageError(

@@ -42,8 +42,9 @@ function explain(error: ClientError, server: string, id?: string): CliError {
     410: `slot ${id ?? ""} on ${server} is gone (expired, or its sandbox stopped): create a new one with proctor slots create`,
     503: `every slot on ${server} is busy${error.retryAfterSec !== null ? `; retry in ${error.retryAfterSec} s` : ""}, release slots (proctor slots rm ID) or start the server with a larger --slots-max-sandboxes`,
   };
-  const what = hint[error.statusCode];
-  return new CliError(what ? `${error.message}\n  ${what}` : error.message, 1, { cause: error });
+  // One line: the server's answer, then what to do (an unreachable server's message says it already).
+  const what = error.code === "unreachable" ? undefined : hint[error.statusCode];
+  return new CliError(what ? `${error.message}; ${what}` : error.message, 1, { cause: error });
 }
 
 /** The per-test table of a SWE instance's verify. */

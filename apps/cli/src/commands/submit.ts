@@ -1,3 +1,4 @@
+import { stat } from "node:fs/promises";
 import type { Logger } from "@proctor/schema";
 import { loadKeypair } from "@proctor/auth";
 import { ProctorClient, type ClientAuth } from "@proctor/client";
@@ -43,8 +44,16 @@ export function clientFor(options: ServerCredentials): ProctorClient {
   return new ProctorClient({ server: options.server, ...auth });
 }
 
+/** What follow says while the server is away, so a wait is never silent. */
+export function reconnectLine(info: { attempt: number; maxReconnects: number; reason: string; delayMs: number }): void {
+  process.stderr.write(`lost the connection to the server (${info.reason}); reconnecting in ${(info.delayMs / 1000).toFixed(1)} s (attempt ${info.attempt} of ${info.maxReconnects})\n`);
+}
+
 /** `proctor submit`: sign (Epistula) and upload an archive, follow the batch live, print its table. */
 export async function submitCommand(options: SubmitOptions): Promise<number> {
+  const info = await stat(options.archive).catch(() => null);
+  if (info === null) throw new UsageError(`${options.archive}: no such file; give the archive to submit (a .tar.gz, .tar or .zip holding tasks/ and agent_code/)`);
+  if (info.isDirectory()) throw new UsageError(`${options.archive} is a directory; pack it first: tar czf submission.tar.gz -C ${options.archive} . && proctor submit submission.tar.gz --server ${options.server}`);
   const client = clientFor(options);
   const progress = createBatchProgress(process.stderr);
   const status = await client
@@ -55,6 +64,7 @@ export async function submitCommand(options: SubmitOptions): Promise<number> {
       onUploadRetry: (r) => process.stderr.write(`server busy (${r.message}); retrying in ${r.delaySec} s (attempt ${r.attempt})\n`),
       onSubmitted: (s) => process.stderr.write(`submitted: batch ${s.batch_id}, ${s.total_tasks} tasks, ${s.concurrent_tasks} at once\n`),
       onEvent: progress.onEvent,
+      onReconnect: reconnectLine,
     })
     .finally(() => progress.stop());
   if (options.json) {

@@ -6,7 +6,7 @@ import { DEFAULT_TRIAL_LIMITS, startRun } from "@proctor/engine";
 import { loadTasks } from "@proctor/tasks";
 import { UsageError } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
-import { createProgress, validationProblems } from "@proctor/report";
+import { createProgress, readFirstFailure, validationProblems } from "@proctor/report";
 import { prepareSources } from "../sources";
 
 export interface ValidateOptions {
@@ -44,7 +44,8 @@ export async function validateCommand(options: ValidateOptions): Promise<number>
   if (options.paths.length === 0) throw new UsageError("proctor tasks validate: give at least one task source (a task dir, a dir of tasks, an archive, or dataset rows)");
   const root = await mkdtemp(join(tmpdir(), "proctor-validate-"));
   const results = new Map<string, Outcome>();
-  let tasks: TaskSpec[];
+  let tasks: TaskSpec[] = [];
+  const broken: string[] = [];
   try {
     const prepared = await prepareSources(options.paths.map((p) => resolve(p)), join(root, "input"), options.logger);
     const loaded = await loadTasks(prepared.taskSources, {
@@ -91,23 +92,22 @@ export async function validateCommand(options: ValidateOptions): Promise<number>
         progress.stop();
       });
     }
+    for (const task of tasks) {
+      const r = results.get(task.id) ?? {};
+      const failure = r.oracle ? await readFirstFailure(r.oracle, join(root, "validate-oracle", "trials", r.oracle.trialId)) : null;
+      const problems = validationProblems(r, failure);
+      if (problems.length > 0) broken.push([`  ${task.id}`, ...problems.map((p) => `    ${p}`)].join("\n"));
+    }
   } finally {
-    if (options.keep) err.write(`run directories kept in ${root}\n`);
+    // The logs the progress lines name stay while they explain a broken task.
+    if (options.keep || broken.length > 0) err.write(`run directories kept in ${root} (trials/<id>/verifier/ holds the tests' output; remove the directory when done)\n`);
     else await rm(root, { recursive: true, force: true });
   }
 
-  const broken: string[] = [];
-  for (const task of tasks) {
-    const r = results.get(task.id) ?? {};
-    const problems = validationProblems(r);
-    if (problems.length > 0) broken.push([`  ${task.id}`, ...problems.map((p) => `    ${p}`)].join("\n"));
-  }
   if (broken.length === 0) {
     out.write(`all ${tasks.length} task(s) valid: the oracle passes and nop scores 0 on each\n`);
     return 0;
   }
   out.write(`${broken.length} of ${tasks.length} task(s) are broken:\n${broken.join("\n")}\n`);
-  // The logs the progress lines named were in the removed run directories.
-  if (!options.keep) err.write("the validation run directories were removed; run again with --keep to read the trials' logs\n");
   return 1;
 }

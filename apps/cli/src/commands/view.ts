@@ -1,3 +1,4 @@
+import { stat } from "node:fs/promises";
 import { startViewer } from "@proctor/viewer";
 import type { Logger } from "@proctor/schema";
 import { UsageError } from "../errors";
@@ -15,7 +16,18 @@ export interface ViewOptions {
 /** `proctor view [RUNS_DIR | RUN_DIR...]`: serve the web viewer until interrupted. */
 export async function viewCommand(options: ViewOptions): Promise<number> {
   if (!Number.isInteger(options.port) || options.port < 0 || options.port > 65535) throw new UsageError(`--port must be a port number, got "${options.port}"`);
-  const viewer = await startViewer({ paths: options.paths.length > 0 ? options.paths : ["runs"], host: options.host, port: options.port, logger: options.logger }).catch((error: unknown) => {
+  const paths = options.paths.length > 0 ? options.paths : ["runs"];
+  for (const path of paths) {
+    const info = await stat(path).catch(() => null);
+    if (info?.isDirectory()) continue;
+    const what = info === null ? "no such directory" : "not a directory";
+    throw new UsageError(
+      options.paths.length > 0
+        ? `${path}: ${what}; give a runs root (proctor run writes runs/<run-id>/) or run directories`
+        : `runs: ${what} here; run proctor view where your runs/ directory is, or name it: proctor view <runs-root | run-dir>`,
+    );
+  }
+  const viewer = await startViewer({ paths, host: options.host, port: options.port, logger: options.logger }).catch((error: unknown) => {
     const code = (error as NodeJS.ErrnoException).code;
     if (code === "EADDRINUSE" || code === "EACCES" || code === "EADDRNOTAVAIL") throw new UsageError(`cannot listen on ${options.host}:${options.port} (${code}); pick another --port or --host`, { cause: error });
     throw error;
