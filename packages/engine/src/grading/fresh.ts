@@ -10,7 +10,7 @@ import type { TaskSpec } from "@proctor/schema";
 import { SwebenchGrading } from "@proctor/tasks";
 import { HARDENED_ENV } from "./hardened";
 import { changesRunner, diffRepository, screenStaged, stageFiles, textOf } from "./repo-diff";
-import { adminOptions, trusted } from "./sandbox-tools";
+import { adminOptions, argumentChunks, trusted } from "./sandbox-tools";
 import type { GradingPlan } from "./plan";
 
 /** Start of the host staging dirs that carry an agent's outputs to its grader (named after their process). */
@@ -121,9 +121,13 @@ for n in sys.argv[1:]:
         if importlib.util.find_spec(n) is not None: print(n)
     except Exception:
         pass' "$@"`;
-  const result = await grader.exec(trusted(grader, script, [...new Set(names)]), { ...adminOptions(grader), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal });
-  if (result.exitCode !== 0) throw new GraderError(`asking the grader's Python which modules it imports failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
-  return new Set(result.stdout.split("\n").filter(Boolean));
+  const found = new Set<string>();
+  for (const chunk of argumentChunks([...new Set(names)])) {
+    const result = await grader.exec(trusted(grader, script, chunk), { ...adminOptions(grader), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal });
+    if (result.exitCode !== 0) throw new GraderError(`asking the grader's Python which modules it imports failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
+    for (const name of result.stdout.split("\n").filter(Boolean)) found.add(name);
+  }
+  return found;
 }
 
 /** The grader's sandbox could not be prepared with its own trusted tools: a `verifier` error. */
@@ -197,10 +201,11 @@ const fromRoot = (path: string) => `./${path.replace(/^\/+/, "")}`;
 
 /** Removes `paths` (absolute sandbox paths) in the grader with its trusted shell. */
 async function removeIn(grader: Sandbox, paths: readonly string[], signal: AbortSignal): Promise<void> {
-  if (paths.length === 0) return;
-  const result = await grader.exec(trusted(grader, 'for p in "$@"; do rm -rf -- "$p" || exit 1; done', paths.map(fromRoot)), { ...adminOptions(grader), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal });
-  throwIfAborted(signal);
-  if (result.exitCode !== 0) throw new GraderError(`removing ${paths.slice(0, 3).join(", ")} in the grader's sandbox failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
+  for (const chunk of argumentChunks(paths.map(fromRoot))) {
+    const result = await grader.exec(trusted(grader, 'for p in "$@"; do rm -rf -- "$p" || exit 1; done', chunk), { ...adminOptions(grader), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal });
+    throwIfAborted(signal);
+    if (result.exitCode !== 0) throw new GraderError(`removing ${chunk.slice(0, 3).join(", ")} in the grader's sandbox failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
+  }
 }
 
 /** Puts a staged entry (file, directory or link) at `path` in the grader; a staged link becomes a link with the same target. */
@@ -260,7 +265,7 @@ export async function placeOutputs(attempt: SandboxAttempt, grader: Sandbox, cap
     repoUrl(ws.repo, task.sourcePath),
     ws.baseCommit,
     async (base) => {
-      const diff = await onOutputs("comparing the repository with its base commit", () => diffRepository(base, tree, protectedFiles(task, base)));
+      const diff = await onOutputs("comparing the repository with its base commit", () => diffRepository(base, tree, protectedFiles(task, base), grader.workdir));
       const inRepo = (p: string) => posix.join(grader.workdir, p);
       if (diff.tampered.length > 0) return { tampered: diff.tampered.map(inRepo), flags: diff.flags, skipped: [] };
       await grader.upload(base, grader.workdir);

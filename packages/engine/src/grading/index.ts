@@ -8,8 +8,8 @@ import { judgeAudit } from "./audit-policy";
 import { captureOutputs, placeOutputs, releaseOutputs, startGraderSandbox, type CapturedOutputs } from "./fresh";
 import { runVerifier, rewardChangedAfterRead, type RewardRead } from "./launcher";
 import { planGrading, type GradingMode, type GradingPlan } from "./plan";
-import { adminOptions, asStopped, assertRunning, trusted } from "./sandbox-tools";
-import { forbiddenLink, SHARED_FORBIDDEN_TARGETS } from "./repo-diff";
+import { adminOptions, argumentChunks, asStopped, assertRunning, trusted } from "./sandbox-tools";
+import { forbiddenLink, forbiddenPath, resolveThrough, SHARED_FORBIDDEN_TARGETS } from "./repo-diff";
 
 /** Places every agent writes to that no test looks at: not worth a note when left out. */
 const SCRATCH = picomatch(["/tmp/**", "/var/tmp/**", "/root/.cache/**", "/root/.npm/**", "/var/cache/**", "/var/lib/apt/**", "/var/lib/dpkg/**", "/var/log/**", "/logs/**", "/agent/**", "/solution/**", "/tests/**", "/.proctor-channel", "/.proctor-channel/**", "/opt/proctor/**", "/.proctor", "/.proctor/**", "/usr/sbin/docker-init", "/run/**", "/proc/**", "/dev/**", "/etc/ld.so.cache"], { dot: true });
@@ -253,16 +253,32 @@ class SharedGrading extends BaseGrading {
     }
     this.changesBefore = await sandbox.changes();
     this.links = await this.agentLinks(sandbox, this.changesBefore);
-    const forbidden = this.links.flatMap((l) => {
-      const why = forbiddenLink(l.path, l.target, SHARED_FORBIDDEN_TARGETS);
-      return why ? [`${l.path} (${why})`] : [];
-    });
+    const targets = new Map(this.links.map((l) => [l.path, l.target]));
+    const forbidden: string[] = [];
+    for (const l of this.links) {
+      // As written, and followed through the agent's other links (a link to "/" then "x/tests/...").
+      const why = forbiddenLink(l.path, l.target, SHARED_FORBIDDEN_TARGETS) ?? forbiddenPath(await resolveThrough(l.path, async (p) => targets.get(p) ?? null), SHARED_FORBIDDEN_TARGETS);
+      if (why) forbidden.push(`${l.path} (${why})`);
+    }
+    forbidden.push(...(await this.binaryNetworkFiles(sandbox)));
     if (forbidden.length > 0) {
-      this.tampered(forbidden, " (links to what only the verifier brings, or to file systems the audit cannot watch)");
+      this.tampered(forbidden, " (links to what only the verifier brings, or to files the audit cannot watch)");
       return false;
     }
     this.audit = await sandbox.auditFiles();
     return true;
+  }
+
+  /**
+   * /etc/hostname, /etc/hosts and /etc/resolv.conf are the runtime's bind mounts, outside the
+   * audited file system: text files, unless the agent stored something to load there (a library
+   * the loader's cache then names).
+   */
+  private async binaryNetworkFiles(sandbox: Sandbox): Promise<string[]> {
+    const script = 'for f in /etc/hostname /etc/hosts /etc/resolv.conf; do [ -f "$f" ] || continue; if [ "$(tr -d \'\\000\' < "$f" | wc -c)" != "$(wc -c < "$f")" ]; then echo "$f"; fi; done; exit 0';
+    const result = await sandbox.exec(trusted(sandbox, script), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
+    if (result.exitCode !== 0) throw new Error(`checking the sandbox's network files failed (exit ${result.exitCode}): ${result.stderr.slice(-300)}`);
+    return result.stdout.split("\n").filter(Boolean).map((f) => `${f} (binary content in a file the audit cannot watch)`);
   }
 
   /**
@@ -272,9 +288,9 @@ class SharedGrading extends BaseGrading {
   private async agentLinks(sandbox: Sandbox, changes: readonly FileChange[]): Promise<{ path: string; target: string; resolved: string }[]> {
     const paths = changes.filter((c) => c.kind !== "deleted").map((c) => c.path);
     const found: { path: string; target: string; resolved: string }[] = [];
-    for (let i = 0; i < paths.length; i += 2000) {
+    for (const chunk of argumentChunks(paths)) {
       // One line per link: its path, its target as written, what it resolves to (tab-separated).
-      const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do if [ -L "$p" ]; then printf "%s\t%s\t%s\n" "$p" "$(readlink "$p")" "$(readlink -f "$p")"; fi; done; exit 0', paths.slice(i, i + 2000)), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
+      const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do if [ -L "$p" ]; then printf "%s\t%s\t%s\n" "$p" "$(readlink "$p")" "$(readlink -f "$p")"; fi; done; exit 0', chunk), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
       if (result.exitCode !== 0) throw new Error(`listing the agent's links failed (exit ${result.exitCode}): ${result.stderr.slice(-300)}`);
       for (const line of result.stdout.split("\n").filter(Boolean)) {
         const [path = "", target = "", resolved = ""] = line.split("\t");

@@ -79,10 +79,50 @@ export const SHARED_FORBIDDEN_TARGETS = ["/tests", "/logs/verifier", "/solution"
 
 /** Why a link at sandbox path `at` with `target` is refused, or null. */
 export function forbiddenLink(at: string, target: string, roots: readonly string[] = FORBIDDEN_TARGETS): string | null {
-  const resolved = posix.resolve(posix.dirname(at), target);
+  return forbiddenPath(posix.resolve(posix.dirname(at), target), roots);
+}
+
+/** Why a link reaching sandbox path `resolved` (null: a loop) is refused, or null. */
+export function forbiddenPath(resolved: string | null, roots: readonly string[] = FORBIDDEN_TARGETS): string | null {
+  if (resolved === null) return "a link loop";
   if (HARMLESS_DEVICES.has(resolved)) return null;
   const root = roots.find((r) => resolved === r || resolved.startsWith(`${r}/`));
   return root ? `a link to ${resolved}` : null;
+}
+
+/**
+ * Where `path` (absolute, in the sandbox) leads when the links `linkAt` knows are followed, as
+ * the kernel follows them (a link's `..` from where the link points); null after 40 links.
+ */
+export async function resolveThrough(path: string, linkAt: (path: string) => Promise<string | null>): Promise<string | null> {
+  let rest = path.split("/").filter(Boolean);
+  let resolved = "/";
+  let hops = 0;
+  while (rest.length > 0) {
+    const [name, ...tail] = rest as [string, ...string[]];
+    rest = tail;
+    if (name === ".") continue;
+    if (name === "..") {
+      resolved = posix.dirname(resolved);
+      continue;
+    }
+    const next = posix.join(resolved, name);
+    const target = await linkAt(next);
+    if (target === null) {
+      resolved = next;
+      continue;
+    }
+    if (++hops > 40) return null;
+    rest = [...target.split("/").filter(Boolean), ...rest];
+    if (target.startsWith("/")) resolved = "/";
+  }
+  return resolved;
+}
+
+/** The link target at host path `host`, or null when it is not a link. */
+async function linkTarget(host: string): Promise<string | null> {
+  const info = await lstat(host).catch(() => null);
+  return info?.isSymbolicLink() ? readlink(host) : null;
 }
 
 const IMPORTS_RUNNER = /^\s*(?:from\s+_pytest\b|import\s+_pytest\b)/m;
@@ -114,7 +154,13 @@ export async function textOf(path: string): Promise<string | null> {
  * `protect`: files (relative) the tests' run relies on that must stay the base commit's (the test
  * runner script the command runs, the packages the test files are in).
  */
-export async function diffRepository(base: string, tree: string, protect: readonly string[] = []): Promise<RepoDiff> {
+export async function diffRepository(base: string, tree: string, protect: readonly string[] = [], workdir = "/"): Promise<RepoDiff> {
+  // Links in the agent's tree, followed where the grader will have them (under workdir).
+  const inTree = (path: string) => (path === workdir ? "" : path.startsWith(`${workdir.replace(/\/+$/, "")}/`) ? path.slice(workdir.replace(/\/+$/, "").length + 1) : null);
+  const linkAt = async (path: string) => {
+    const rel = inTree(path);
+    return rel ? linkTarget(join(tree, rel)) : null;
+  };
   const out = await git(["--git-dir", join(base, ".git"), "--work-tree", tree, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=all"]);
   const changed: string[] = [];
   const deleted: string[] = [];
@@ -147,7 +193,8 @@ export async function diffRepository(base: string, tree: string, protect: readon
     if (kind === "deleted") continue;
     const info = await lstat(join(tree, path)).catch(() => null);
     if (info?.isSymbolicLink()) {
-      const why = forbiddenLink(`/${path}`, await readlink(join(tree, path)));
+      const at = posix.join(workdir, path);
+      const why = forbiddenLink(at, await readlink(join(tree, path))) ?? forbiddenPath(await resolveThrough(at, linkAt));
       if (why) tampered.push(`${path} (${why})`);
       continue;
     }
@@ -171,8 +218,9 @@ function topLevelModule(path: string): { path: string; name: string } | null {
     const name = posix.basename(dir);
     return dir !== "." && MODULE_NAME.test(name) ? { path: dir, name } : null;
   }
-  const name = base.replace(/\.py$/, "");
-  return base.endsWith(".py") && MODULE_NAME.test(name) ? { path, name } : null;
+  // A source module, or an extension module (Python tries `name.<tag>.so` and `name.so` first).
+  const name = base.split(".")[0] ?? "";
+  return (base.endsWith(".py") && base === `${name}.py`) || base.endsWith(".so") ? (MODULE_NAME.test(name) ? { path, name } : null) : null;
 }
 
 /** Copies `paths` (relative; files, links or whole directories such as a nested repository, links never followed) from `tree` into `dest`, keeping their places. */
@@ -193,6 +241,8 @@ export async function stageFiles(tree: string, paths: readonly string[], dest: s
  */
 export async function screenStaged(staged: string, at: string, skipped: string[], tampered: string[]): Promise<{ path: string; host: string }[]> {
   const found: { path: string; host: string }[] = [];
+  // Links in the output, followed where the grader will have them (a link to "/" then "x/tests").
+  const linkAt = async (path: string) => (path === at ? linkTarget(staged) : path.startsWith(`${at}/`) ? linkTarget(join(staged, path.slice(at.length + 1))) : null);
   async function walk(host: string, path: string): Promise<void> {
     const info = await lstat(host);
     if (isBytecode(path)) {
@@ -201,7 +251,7 @@ export async function screenStaged(staged: string, at: string, skipped: string[]
       return;
     }
     if (info.isSymbolicLink()) {
-      const why = forbiddenLink(path, await readlink(host));
+      const why = forbiddenLink(path, await readlink(host)) ?? forbiddenPath(await resolveThrough(path, linkAt));
       if (why) tampered.push(`${path} (${why})`);
       return;
     }

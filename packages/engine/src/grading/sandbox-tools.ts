@@ -5,6 +5,28 @@ export function trusted(sandbox: Sandbox, script: string, args: string[] = []): 
   return [...sandbox.trustedTools, "sh", "-c", script, "proctor", ...args];
 }
 
+/**
+ * `args` in groups small enough for one exec's argument list (the kernel's limit is about 2 MB
+ * in all, and the agent chooses how many paths and how long): at most 64 KB each.
+ */
+export function argumentChunks(args: readonly string[], maxBytes = 64 * 1024): string[][] {
+  const chunks: string[][] = [];
+  let chunk: string[] = [];
+  let bytes = 0;
+  for (const arg of args) {
+    const size = Buffer.byteLength(arg) + 1;
+    if (chunk.length > 0 && bytes + size > maxBytes) {
+      chunks.push(chunk);
+      chunk = [];
+      bytes = 0;
+    }
+    chunk.push(arg);
+    bytes += size;
+  }
+  if (chunk.length > 0) chunks.push(chunk);
+  return chunks;
+}
+
 export function adminOptions(sandbox: Sandbox): Pick<ExecOptions, "user"> {
   return sandbox.adminUser !== undefined ? { user: sandbox.adminUser } : {};
 }

@@ -25,6 +25,8 @@ describe("pytest's section of a root config file", () => {
     // Python reads config files in text mode, where a lone CR ends a line.
     expect(pytestSection("setup.cfg", "[metadata]\nname = calc\r[tool:pytest]\raddopts = -p calc.zz\n")).toBe("[tool:pytest]\naddopts = -p calc.zz");
     expect(pytestSection("setup.cfg", "[metadata]\r\nname = calc\r\n")).toBeNull();
+    // Form feeds too: iniconfig 2 splits lines as str.splitlines() does.
+    expect(pytestSection("tox.ini", "[tox]\f[pytest]\faddopts = -p rtplug\n")).toBe("[pytest]\naddopts = -p rtplug");
   });
 
   test("pytest.ini is config as a whole; an absent file has none", () => {
