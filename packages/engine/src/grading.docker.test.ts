@@ -170,6 +170,8 @@ PROCTOR_EOF`,
   },
   // an extension module named like one pytest imports, at the repository root (Python tries .so before .py)
   "swe-extension-module-shadow": { script: `cp "$(python3 -c 'import _json; print(_json.__file__)')" ${W}/pluggy.cpython-311-x86_64-linux-gnu.so` },
+  // /logs replaced by a file: the verifier's directories cannot be made in the agent's sandbox
+  "logs-is-a-file": { script: "rm -rf /logs && echo x > /logs" },
   // a nested repository the agent left (as an honest agent cloning a dependency would): a fail stays a fail
   "swe-nested-git": { script: `mkdir -p ${W}/vendor && cd ${W}/vendor && git init -q . && echo x > x.txt` },
   // an output that is a link to the reference answer the tests bring, directly or through a link to /
@@ -392,6 +394,14 @@ EOF`, "sh", source]);
       const results = await attack(name, ["calc-mul"]);
       expect(results["calc-mul"], name).toMatchObject({ status: "error", reward: 0, error: { kind: "agent" } });
       expect(results["calc-mul"]?.error?.message, name).toMatch(/^tampered: \/testbed\/pluggy\.(py|cpython-311-x86_64-linux-gnu\.so) \(a new module named like pluggy/);
+    }
+  }, 600_000);
+
+  test("an agent that makes its own sandbox unusable for the verifier (/logs a file) gets an agent error, graded shared or restarted for strict isolation", async () => {
+    for (const options of [{ grading: "shared" }, { grading: "shared", isolateVerifier: true }] as const) {
+      const results = await attack("logs-is-a-file", ["pytest-answer"], options);
+      expect(results["pytest-answer"], JSON.stringify(options)).toMatchObject({ status: "error", error: { kind: "agent" } });
+      expect(results["pytest-answer"]?.reward ?? 0).toBe(0);
     }
   }, 600_000);
 

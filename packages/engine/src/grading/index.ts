@@ -1,6 +1,7 @@
 import { posix } from "node:path";
 import picomatch from "picomatch";
-import { SandboxLostError, type FileAudit, type FileChange, type Sandbox, type SandboxProcess } from "@proctor/sandbox";
+import { AgentError } from "@proctor/agents";
+import { SandboxLostError, SandboxStartError, type FileAudit, type FileChange, type Sandbox, type SandboxProcess } from "@proctor/sandbox";
 import type { GradingRecord, Integrity, TrialError } from "@proctor/schema";
 import { gradeSwebench } from "../swebench/grade";
 import { HOUSEKEEPING_MS, effectiveLimits, isolates, message, type SandboxAttempt } from "../trial/context";
@@ -230,7 +231,11 @@ class SharedGrading extends BaseGrading {
       // run.ts refuses strict isolation up front on a runtime without killAll.
       if (!sandbox.capabilities.killAll || !sandbox.killAll || !sandbox.processes) throw new Error(`the ${sandbox.runtime} runtime cannot isolate the verifier (no killAll)`);
       await this.checkMemory(); // before the restart resets the count
-      await sandbox.killAll();
+      await sandbox.killAll().catch((error: unknown) => {
+        // The restart makes /logs in the agent's file system: a /logs it cannot use is the agent's doing.
+        if (error instanceof SandboxStartError && /^Creating \/logs\/agent and \/logs\/verifier in the container failed/.test(error.message)) throw new AgentError(`the sandbox could not restart for the verifier: ${error.message}`);
+        throw error;
+      });
       const alive = await sandbox.processes();
       if (alive.length > 0) {
         state.errors.push({ kind: "verifier", message: `strict isolation failed: ${alive.length} process(es) alive after every process was ended: ${alive.map((p) => `${p.pid} ${p.command}`).join("; ").slice(0, 500)}` });
@@ -306,6 +311,14 @@ class SharedGrading extends BaseGrading {
       await asStopped(sandbox, signal, () => this.runTests(sandbox));
     } finally {
       if (this.audit) await this.judge(this.audit, task.verifier.allowChanges);
+    }
+    // The verifier's directories are in the agent's sandbox here: when they cannot be made
+    // (the agent replaced /logs with a file, say), the agent made it so.
+    for (const error of this.attempt.state.errors) {
+      if (error.kind === "verifier" && error.message.startsWith("could not empty /logs/verifier")) {
+        error.kind = "agent";
+        error.message = `${error.message} (in the agent's sandbox, as the agent left it)`;
+      }
     }
     this.blameSurvivors();
   }
