@@ -30,6 +30,7 @@ export function pytestSection(path: string, text: string | null): string | null 
   if (text === null) return null;
   const spec = PYTEST_CONFIG_FILES.find((f) => f.path === path);
   // Where Python's str.splitlines() breaks lines, as iniconfig reads them (form feeds too).
+  // eslint-disable-next-line no-control-regex -- the file separators are line breaks to Python
   const lines = text.split(/\r\n|[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]/).map((l) => l.trimEnd());
   if (!spec || spec.header === null) return lines.filter((l) => l !== "").join("\n");
   if (spec.header === "toml") {
