@@ -108,7 +108,7 @@ describe.skipIf(!docker)("proctor slots against proctor serve --slots (Docker)",
     expect(none.stderr).toContain("no credentials");
     const down = await finish(spawnProctor(["slots", "pool", "--server", "http://127.0.0.1:9"], asUser));
     expect(down.code).toBe(1);
-    expect(down.stderr).toContain("cannot reach http://127.0.0.1:9");
+    expect(down.stderr).toContain("cannot reach the server at http://127.0.0.1:9");
     for (const r of [bad, full, theirs, expired, repo, none, down]) expect(r.stderr).not.toContain(TOKEN);
   }, 300_000);
 });
