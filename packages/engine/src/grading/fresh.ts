@@ -201,8 +201,8 @@ const fromRoot = (path: string) => `./${path.replace(/^\/+/, "")}`;
 
 /** Removes `paths` (absolute sandbox paths) in the grader with its trusted shell. */
 async function removeIn(grader: Sandbox, paths: readonly string[], signal: AbortSignal): Promise<void> {
-  for (const chunk of argumentChunks(paths.map(fromRoot))) {
-    const result = await grader.exec(trusted(grader, 'for p in "$@"; do rm -rf -- "$p" || exit 1; done', chunk), { ...adminOptions(grader), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal });
+  for (const chunk of argumentChunks(paths)) {
+    const result = await grader.exec(trusted(grader, 'for p in "$@"; do rm -rf -- "$p" || exit 1; done', chunk.map(fromRoot)), { ...adminOptions(grader), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal });
     throwIfAborted(signal);
     if (result.exitCode !== 0) throw new GraderError(`removing ${chunk.slice(0, 3).join(", ")} in the grader's sandbox failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
   }
