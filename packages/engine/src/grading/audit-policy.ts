@@ -25,6 +25,11 @@ const PATH_DIRS = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin",
  */
 const SEARCHED = picomatch(["/usr/lib/**", "/usr/lib64/**", "/usr/local/lib/**", "/lib/**", "/lib64/**", "/etc/**"], { dot: true });
 
+/** The same program name in the PATH directories after `path`'s own (what a new `path` would hide). */
+function laterOnPath(path: string): string[] {
+  return PATH_DIRS.slice(PATH_DIRS.indexOf(posix.dirname(path)) + 1).map((d) => posix.join(d, posix.basename(path)));
+}
+
 /** Proctor's own paths: the tests it uploads fresh, the verifier's log dir, its HOME for the verifier. */
 const PROCTOR_PATHS = picomatch(["/tests", "/tests/**", "/logs/verifier", "/logs/verifier/**", "/tmp/proctor-home.*", "/tmp/proctor-home.*/**"], { dot: true });
 const REWARD_FILES = new Set(["/logs/verifier/reward.txt", "/logs/verifier/reward.json"]);
@@ -134,8 +139,7 @@ export async function judgeAudit(input: AuditInput): Promise<AuditVerdict> {
         const existed = kind.get(path) === "modified";
         if (existed && !isOutput(path)) tampered.set(path, "a program of the image the agent changed, run by the verifier");
         else if (!existed && PATH_DIRS.includes(posix.dirname(path))) {
-          const later = PATH_DIRS.slice(PATH_DIRS.indexOf(posix.dirname(path)) + 1).map((d) => posix.join(d, posix.basename(path)));
-          shadowCandidates.push({ path, real: path, shadows: later });
+          shadowCandidates.push({ path, real: path, shadows: laterOnPath(path) });
         }
       }
       if (who === "harness") {
@@ -143,8 +147,7 @@ export async function judgeAudit(input: AuditInput): Promise<AuditVerdict> {
         for (const { alias, link } of throughLinks(path)) {
           if (kind.get(link.path) === "modified") tampered.set(alias, `a program of the image the agent re-pointed to ${path}, run by the verifier`);
           else if (alias === link.path && PATH_DIRS.includes(posix.dirname(alias))) {
-            const later = PATH_DIRS.slice(PATH_DIRS.indexOf(posix.dirname(alias)) + 1).map((d) => posix.join(d, posix.basename(alias)));
-            shadowCandidates.push({ path: alias, real: path, shadows: later });
+            shadowCandidates.push({ path: alias, real: path, shadows: laterOnPath(alias) });
           }
         }
       }
