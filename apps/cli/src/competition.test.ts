@@ -24,7 +24,12 @@ describe.skipIf(!haveDocker)("proctor run on competitions (Docker)", () => {
     const run = await proctor(["run", "examples/competitions", "--agent", "image:examples/agent-images/dummy", "-o", out, "--run-id", "dummy", "-k", "2"]);
     expect(run.code, run.stderr).toBe(0);
     const runDir = join(out, "dummy");
-    const checks = await readFile(join(runDir, "trials", "tiny-regression__1", "logs", "checks.txt"), "utf8");
+    const trial = join(runDir, "trials", "tiny-regression__1");
+    // When the agent's log is missing, say what the trial did instead (its result and agent output).
+    const checks = await readFile(join(trial, "logs", "checks.txt"), "utf8").catch(async (error: unknown) => {
+      const seen = async (file: string) => readFile(join(trial, file), "utf8").catch((e: Error) => e.message);
+      throw new Error(`${(error as Error).message}\nfiles: ${(await readdir(trial, { recursive: true }).catch(() => [])).join(" ")}\nresult.json: ${await seen("result.json")}\nagent stdout: ${await seen("agent/stdout.txt")}\nagent stderr: ${await seen("agent/stderr.txt")}\nrun stderr: ${run.stderr}`);
+    });
     for (const check of ["data_present", "data_read_only", "private_absent", "submission_writable"]) expect(checks).toMatch(new RegExp(`^${check}\\s+ok\\s`, "m"));
     expect(checks).toMatch(/^gpu_visible\s+info\s+no GPU visible/m);
     const report = await proctor(["report", runDir]);

@@ -110,8 +110,9 @@ describe.skipIf(!haveDocker)("faults in the harness's own infrastructure", () =>
     });
     const summary = await handle.done;
     await restarted;
-    expect(summary).toMatchObject({ status: "completed", trials: { total: 4, passed: 4, errored: 0 } });
     const results = await readResultsFile(handle.runDir);
+    const outcomes = results.map((r) => `${r.trialId} ${r.status} retries=${r.retries}${r.error ? ` ${r.error.kind}: ${r.error.message}` : ""}`).join("\n");
+    expect(summary, outcomes).toMatchObject({ status: "completed", trials: { total: 4, passed: 4, errored: 0 } });
     expect(results.map((r) => r.trialId).sort()).toEqual(["slow-a__1", "slow-b__1", "slow-c__1", "slow-d__1"]);
     expect(results.reduce((n, r) => n + r.retries, 0)).toBeGreaterThanOrEqual(1);
     const left = await new Dockerode({ socketPath: daemon.socket }).listContainers({ all: true, filters: { label: ["proctor.run=restart"] } });
