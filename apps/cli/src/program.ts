@@ -1,21 +1,8 @@
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
-import { runCommand } from "./commands/run";
-import { validateCommand } from "./commands/validate";
-import { tasksListCommand } from "./commands/tasks-list";
-import { gcCommand } from "./commands/gc";
-import { doctorCommand } from "./commands/doctor";
-import { reportCommand } from "./commands/report";
-import { viewCommand } from "./commands/view";
-import { serveCommand } from "./commands/serve";
-import { submitCommand } from "./commands/submit";
-import { followCommand, statusCommand } from "./commands/batch";
-import { verifyReceiptCommand } from "./commands/verify-receipt";
 import { workerCommand } from "@proctor/worker";
-import { slotsCommand, type SlotsAction } from "./commands/slots";
-import { DEFAULT_TRIAL_LIMITS, EngineError, RunStorageError } from "@proctor/engine";
-import { AgentConfigError, RunFatalAgentError } from "@proctor/agents";
-import { RuntimeUnavailableError } from "@proctor/sandbox";
-import { ClientError } from "@proctor/client";
+import { DEFAULT_TRIAL_LIMITS } from "@proctor/schema";
+import type { ClientError } from "@proctor/client";
+import type { SlotsAction } from "./commands/slots";
 import { CliError, EXIT_FATAL_AGENT } from "./errors";
 import { stderrLogger } from "./logger";
 import packageJson from "../package.json" with { type: "json" };
@@ -101,7 +88,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--json", "print summary.json on stdout", false)
     .action(async (sources: string[], o) => {
       setExitCode(
-        await runCommand({
+        await (await import("./commands/run")).runCommand({
           queue: o.queue,
           bundlesDir: o.bundlesDir,
           containerConfig: o.containerConfig,
@@ -155,7 +142,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("-o, --out <file>", "write to FILE instead of stdout")
     .option("--seed <n>", "bootstrap seed", (v) => Number(v))
     .action(async (runDirs: string[], o) =>
-      setExitCode(await reportCommand({ runDirs, format: o.json ? "json" : o.format, out: o.out, seed: o.seed })),
+      setExitCode(await (await import("./commands/report")).reportCommand({ runDirs, format: o.json ? "json" : o.format, out: o.out, seed: o.seed })),
     );
 
   program
@@ -164,7 +151,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .argument("[paths...]", "a runs root or run dirs (default: runs)")
     .option("--host <host>", "address to bind", "127.0.0.1")
     .option("--port <port>", "port to bind", (v) => Number(v), 4180)
-    .action(async (paths: string[], o) => setExitCode(await viewCommand({ paths, host: o.host, port: o.port, logger })));
+    .action(async (paths: string[], o) => setExitCode(await (await import("./commands/view")).viewCommand({ paths, host: o.host, port: o.port, logger })));
 
   const tasks = program.command("tasks").description("work with task directories");
   tasks
@@ -175,7 +162,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("-x, --exclude <glob>", "skip task ids matching (repeatable)", collect, [])
     .option("--json", "print {tasks, errors} as JSON", false)
     .action(async (sources: string[], o) =>
-      setExitCode(await tasksListCommand({ sources, include: o.include, exclude: o.exclude, json: o.json, logger })),
+      setExitCode(await (await import("./commands/tasks-list")).tasksListCommand({ sources, include: o.include, exclude: o.exclude, json: o.json, logger })),
     );
   tasks
     .command("validate")
@@ -192,7 +179,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--keep", "keep the validation run directories", false)
     .action(async (paths: string[], o) =>
       setExitCode(
-        await validateCommand({ paths, runtime: o.runtime, concurrency: o.concurrency, include: o.include, exclude: o.exclude, reposDir: o.reposDir, image: o.image, envSetup: o.envSetup, defaultImage: o.defaultImage, keep: o.keep, logger }),
+        await (await import("./commands/validate")).validateCommand({ paths, runtime: o.runtime, concurrency: o.concurrency, include: o.include, exclude: o.exclude, reposDir: o.reposDir, image: o.image, envSetup: o.envSetup, defaultImage: o.defaultImage, keep: o.keep, logger }),
       ),
     );
 
@@ -258,7 +245,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     )
     .action(async (o) =>
       setExitCode(
-        await serveCommand({
+        await (await import("./commands/serve")).serveCommand({
           queue: o.queue, workerToken: o.workerToken, publicUrl: o.publicUrl,
           host: o.host, port: o.port, dataDir: o.dataDir, auth: o.auth, runtime: o.runtime, defaultImage: o.defaultImage,
           maxActiveBatches: o.maxActiveBatches, maxQueuedBatches: o.maxQueuedBatches, maxConcurrentTasks: o.maxConcurrentTasks,
@@ -294,7 +281,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--json", "print the final batch status as JSON", false)
     .action(async (archive: string, o) =>
       setExitCode(
-        await submitCommand({ archive, server: o.server, keyFile: o.keyFile, token: o.token, signedFor: o.signedFor, concurrentTasks: o.concurrentTasks, json: o.json, logger }),
+        await (await import("./commands/submit")).submitCommand({ archive, server: o.server, keyFile: o.keyFile, token: o.token, signedFor: o.signedFor, concurrentTasks: o.concurrentTasks, json: o.json, logger }),
       ),
     );
 
@@ -307,12 +294,12 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
       .option("--json", "print the batch status as JSON", false);
   serverOptions(program.command("status").description("a submitted batch's status and per-task results (exit 1 if it failed or was cancelled)").argument("<batch-id>"))
     .action(async (batchId: string, o) =>
-      setExitCode(await statusCommand({ batchId, server: o.server, keyFile: o.keyFile, token: o.token, signedFor: o.signedFor, json: o.json, logger })),
+      setExitCode(await (await import("./commands/batch")).statusCommand({ batchId, server: o.server, keyFile: o.keyFile, token: o.token, signedFor: o.signedFor, json: o.json, logger })),
     );
   serverOptions(program.command("follow").description("follow a submitted batch live until it ends (reconnects without losing events), then print its results").argument("<batch-id>"))
     .option("--since <seq>", "only events after this sequence number (resume an earlier follow)", nonNegativeInt("--since"))
     .action(async (batchId: string, o) =>
-      setExitCode(await followCommand({ batchId, since: o.since, server: o.server, keyFile: o.keyFile, token: o.token, signedFor: o.signedFor, json: o.json, logger })),
+      setExitCode(await (await import("./commands/batch")).followCommand({ batchId, since: o.since, server: o.server, keyFile: o.keyFile, token: o.token, signedFor: o.signedFor, json: o.json, logger })),
     );
 
   // `proctor slots <sub>`: the /v1/slots API of a running `proctor serve --slots`, by hand.
@@ -326,7 +313,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
       .action(async (...args: unknown[]) => {
         const o = args.at(-2) as Record<string, string | undefined>;
         const credentials = { server: o.server as string, keyFile: o.keyFile, token: o.token, signedFor: o.signedFor, logger };
-        setExitCode(await slotsCommand({ ...credentials, ...action(args.slice(0, -2) as string[], o) }));
+        setExitCode(await (await import("./commands/slots")).slotsCommand({ ...credentials, ...action(args.slice(0, -2) as string[], o) }));
       });
   slotAction(
     slots.command("create").description("acquire a slot; prints its id").option("--image <image>", "the slot's image (default: the server's)").option("--task <id>", "a task or SWE instance of the server's --slots-tasks-dir (verify runs its tests)").option("--repo <name@commit>", "a repository of the server's --slots-repos-dir, checked out at COMMIT").option("--ttl <s>", "release the slot after this many seconds", positiveNumber("--ttl")).option("--json", "print the slot as JSON", false),
@@ -350,20 +337,20 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--signer <ss58>", "require this SS58 address (the server's key) to have signed")
     .option("--json", "print the verification result as JSON", false)
     .action(async (receipt: string, o) =>
-      setExitCode(await verifyReceiptCommand({ receipt, runDir: o.runDir, signer: o.signer, json: o.json })),
+      setExitCode(await (await import("./commands/verify-receipt")).verifyReceiptCommand({ receipt, runDir: o.runDir, signer: o.signer, json: o.json })),
     );
 
   program
     .command("gc")
     .description("remove containers, sandbox roots and temp dirs left behind by dead runs")
-    .action(async () => setExitCode(await gcCommand({ logger })));
+    .action(async () => setExitCode(await (await import("./commands/gc")).gcCommand({ logger })));
 
   program
     .command("doctor")
     .description("print what Proctor found on this host (engine, images, fast paths, Redis, Chromium, cache dirs), one line each, with what to do; exit 1 when something is slow or missing")
     .option("-o, --out <dir>", "runs root directory to check", "runs")
     .option("--json", "print the findings as JSON", false)
-    .action(async (o: { out: string; json: boolean }) => setExitCode(await doctorCommand(o)));
+    .action(async (o: { out: string; json: boolean }) => setExitCode(await (await import("./commands/doctor")).doctorCommand(o)));
 
   return program;
 }
@@ -394,29 +381,31 @@ export async function main(argv: string[]): Promise<number> {
       process.stderr.write(`proctor: ${error.message}\n`);
       return error.exitCode;
     }
-    // The agent cannot work at all (a rejected model key, an unknown model): finished trials are kept.
-    if (error instanceof RunFatalAgentError) {
-      process.stderr.write(`proctor: the run stopped: ${error.message}\n`);
-      return EXIT_FATAL_AGENT;
-    }
-    // Errors the engine raises before any trial starts: the user's input, or the runtime.
-    if (error instanceof RunStorageError) {
-      process.stderr.write(`proctor: ${error.message}\n`);
-      return 1;
-    }
-    if (error instanceof EngineError || error instanceof AgentConfigError) {
-      process.stderr.write(`proctor: ${error.message}\n`);
-      return 2;
-    }
-    if (error instanceof ClientError) {
-      process.stderr.write(`proctor: ${explainClientError(error)}\n`);
-      return 1;
-    }
-    if (error instanceof RuntimeUnavailableError) {
-      process.stderr.write(`proctor: ${error.message}\n`);
-      return 3;
+    const known = await explainKnownError(error);
+    if (known) {
+      process.stderr.write(`proctor: ${known.line}\n`);
+      return known.code;
     }
     process.stderr.write(`proctor: unexpected error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
     return 1;
   }
+}
+
+/**
+ * Errors the packages raise, as one line and an exit code; null for anything else. The packages
+ * load here, not at start-up: a command that raised one has loaded its package already.
+ */
+async function explainKnownError(error: unknown): Promise<{ line: string; code: number } | null> {
+  const client = await import("@proctor/client");
+  if (error instanceof client.ClientError) return { line: explainClientError(error), code: 1 };
+  const { RuntimeUnavailableError } = await import("@proctor/sandbox");
+  if (error instanceof RuntimeUnavailableError) return { line: error.message, code: 3 };
+  const { RunFatalAgentError, AgentConfigError } = await import("@proctor/agents");
+  // The agent cannot work at all (a rejected model key, an unknown model): finished trials are kept.
+  if (error instanceof RunFatalAgentError) return { line: `the run stopped: ${error.message}`, code: EXIT_FATAL_AGENT };
+  const { RunStorageError, EngineError } = await import("@proctor/engine");
+  // Errors the engine raises before any trial starts: the user's input, or the runtime.
+  if (error instanceof RunStorageError) return { line: error.message, code: 1 };
+  if (error instanceof EngineError || error instanceof AgentConfigError) return { line: error.message, code: 2 };
+  return null;
 }

@@ -1,5 +1,5 @@
 import { Command, InvalidArgumentError, Option } from "commander";
-import { runWorker, type WorkerConfig } from "./worker";
+import type { WorkerConfig } from "./worker";
 import { WorkerError } from "./errors";
 
 const whole = (flag: string, min: number, max = Number.MAX_SAFE_INTEGER) => (value: string) => {
@@ -39,6 +39,8 @@ export function workerCommand(setExitCode: (code: number) => void, name = "proct
     .addOption(new Option("--heartbeat-ms <ms>", "heartbeat interval; a worker is gone after three missed beats").env("PROCTOR_WORKER_HEARTBEAT_MS").argParser(whole("--heartbeat-ms", 100)).default(5000))
     .action(async (o: Record<string, unknown>) => {
       try {
+        // The queue, engine and runtime load only when a worker starts, not for --help.
+        const { runWorker } = await import("./worker");
         setExitCode(await runWorker(configFrom(o)));
       } catch (error) {
         if (!(error instanceof WorkerError)) throw error;

@@ -1,7 +1,5 @@
+import { DEFAULT_TRIAL_LIMITS as SCHEMA_DEFAULT_TRIAL_LIMITS } from "@proctor/schema";
 import type { TrialLimits } from "./trial/context";
 
-/**
- * The limits a trial's sandbox gets when neither its task nor the run sets one: what the server
- * gives every upload and `proctor run` gives every task. A task's own `[environment]` values win.
- */
-export const DEFAULT_TRIAL_LIMITS: Readonly<Required<TrialLimits>> = Object.freeze({ memoryMb: 2048, cpus: 2, pidsLimit: 1024, storageMb: 5120 });
+/** The limits a trial's sandbox gets when neither its task nor its run sets one (defined with the run config's schema). */
+export const DEFAULT_TRIAL_LIMITS: Readonly<Required<TrialLimits>> = SCHEMA_DEFAULT_TRIAL_LIMITS;

@@ -37,3 +37,9 @@ export const RunConfig = z.object({
     .optional(),
 });
 export type RunConfig = z.infer<typeof RunConfig>;
+
+/**
+ * The limits a trial's sandbox gets when neither its task nor its run sets one: what the server
+ * gives every upload and `proctor run` gives every task. A task's own `[environment]` values win.
+ */
+export const DEFAULT_TRIAL_LIMITS = Object.freeze({ memoryMb: 2048, cpus: 2, pidsLimit: 1024, storageMb: 5120 });
