@@ -1,9 +1,8 @@
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import { workerCommand } from "@proctor/worker";
 import { DEFAULT_TRIAL_LIMITS } from "@proctor/schema";
-import type { ClientError } from "@proctor/client";
 import type { SlotsAction } from "./commands/slots";
-import { CliError, EXIT_FATAL_AGENT } from "./errors";
+import { CliError } from "./errors";
 import { stderrLogger } from "./logger";
 import packageJson from "../package.json" with { type: "json" };
 
@@ -355,16 +354,6 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
   return program;
 }
 
-/** A server's refusal as one line: its answer, then what to do about it when the answer does not say. */
-function explainClientError(error: ClientError): string {
-  const hint: Record<number, string> = {
-    401: "the server did not accept these credentials: pass --token TOKEN (or PROCTOR_TOKEN) or a hotkey it allows (--key-file, PROCTOR_HOTKEY_URI)",
-    403: "these credentials may not do this on the server: use the ones that submitted the batch, or an admin's",
-  };
-  const what = error.code === "unreachable" ? undefined : hint[error.statusCode];
-  return what ? `${error.message}; ${what}` : error.message;
-}
-
 /** Run the CLI; returns the process exit code (one place maps errors to codes). */
 export async function main(argv: string[]): Promise<number> {
   let code = 0;
@@ -381,7 +370,9 @@ export async function main(argv: string[]): Promise<number> {
       process.stderr.write(`proctor: ${error.message}\n`);
       return error.exitCode;
     }
-    const known = await explainKnownError(error);
+    // Loaded on the error path only, so a command starts without loading the engine.
+    const { explainKnownError } = await import("./known-errors");
+    const known = explainKnownError(error);
     if (known) {
       process.stderr.write(`proctor: ${known.line}\n`);
       return known.code;
@@ -391,21 +382,3 @@ export async function main(argv: string[]): Promise<number> {
   }
 }
 
-/**
- * Errors the packages raise, as one line and an exit code; null for anything else. The packages
- * load here, not at start-up: a command that raised one has loaded its package already.
- */
-async function explainKnownError(error: unknown): Promise<{ line: string; code: number } | null> {
-  const client = await import("@proctor/client");
-  if (error instanceof client.ClientError) return { line: explainClientError(error), code: 1 };
-  const { RuntimeUnavailableError } = await import("@proctor/sandbox");
-  if (error instanceof RuntimeUnavailableError) return { line: error.message, code: 3 };
-  const { RunFatalAgentError, AgentConfigError } = await import("@proctor/agents");
-  // The agent cannot work at all (a rejected model key, an unknown model): finished trials are kept.
-  if (error instanceof RunFatalAgentError) return { line: `the run stopped: ${error.message}`, code: EXIT_FATAL_AGENT };
-  const { RunStorageError, EngineError } = await import("@proctor/engine");
-  // Errors the engine raises before any trial starts: the user's input, or the runtime.
-  if (error instanceof RunStorageError) return { line: error.message, code: 1 };
-  if (error instanceof EngineError || error instanceof AgentConfigError) return { line: error.message, code: 2 };
-  return null;
-}
