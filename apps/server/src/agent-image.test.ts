@@ -67,8 +67,10 @@ function imagesOf(dataDir: string, batchId: string): string[] {
 function imagesFromNonce(nonce: string): string[] {
   const ids = execFileSync("docker", ["images", "-a", "-q", "--no-trunc"], { encoding: "utf8" }).split("\n").filter(Boolean);
   if (ids.length === 0) return [];
-  const infos = JSON.parse(execFileSync("docker", ["image", "inspect", ...new Set(ids)], { encoding: "utf8" })) as { Id: string; ContainerConfig?: { Cmd?: string[] } }[];
-  return infos.filter((info) => JSON.stringify(info.ContainerConfig?.Cmd ?? []).includes(nonce)).map((info) => info.Id);
+  // One line per image (id, then its step's command): the full inspect of every image on a
+  // machine that has run many builds outgrows a pipe buffer.
+  const lines = execFileSync("docker", ["image", "inspect", "--format", "{{.Id}} {{json .ContainerConfig.Cmd}}", ...new Set(ids)], { encoding: "utf8", maxBuffer: 256 * 1024 * 1024 });
+  return lines.split("\n").filter((line) => line.includes(nonce)).map((line) => line.split(" ")[0] as string);
 }
 
 function removeImages(ids: string[]): void {
