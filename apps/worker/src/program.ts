@@ -1,5 +1,5 @@
 import { Command, InvalidArgumentError, Option } from "commander";
-import type { WorkerConfig } from "./worker";
+import type { RunWorkerOptions, WorkerConfig } from "./worker";
 import { WorkerError } from "./errors";
 
 const whole = (flag: string, min: number, max = Number.MAX_SAFE_INTEGER) => (value: string) => {
@@ -21,6 +21,11 @@ const positive = (flag: string) => (value: string) => {
  * error lines); the exit code goes
  * to `setExitCode` (0 after a drain, 2 bad configuration, 3 no runtime, 130 a second signal).
  */
+/** Runs a worker until it is told to stop; its exit code. The queue, engine and runtime load on the first call, not for --help. */
+export async function runWorker(config: WorkerConfig, options: RunWorkerOptions = {}): Promise<number> {
+  return (await import("./worker")).runWorker(config, options);
+}
+
 export function workerCommand(setExitCode: (code: number) => void, name = "proctor-worker", label = name): Command {
   return new Command(name)
     .description("run trials from a Redis queue (proctor serve --queue / proctor run --queue) until SIGTERM, which drains: running trials finish, then it exits")
@@ -39,8 +44,6 @@ export function workerCommand(setExitCode: (code: number) => void, name = "proct
     .addOption(new Option("--heartbeat-ms <ms>", "heartbeat interval; a worker is gone after three missed beats").env("PROCTOR_WORKER_HEARTBEAT_MS").argParser(whole("--heartbeat-ms", 100)).default(5000))
     .action(async (o: Record<string, unknown>) => {
       try {
-        // The queue, engine and runtime load only when a worker starts, not for --help.
-        const { runWorker } = await import("./worker");
         setExitCode(await runWorker(configFrom(o)));
       } catch (error) {
         if (!(error instanceof WorkerError)) throw error;
