@@ -66,6 +66,8 @@ export const keys = {
   workers: (prefix: string) => `${prefix}:workers`,
   /** A worker's heartbeat hash; expires when the worker stops beating. */
   worker: (prefix: string, id: string) => `${prefix}:worker:${id}`,
+  /** This queue's random id, made by its first worker: the reaper's label for the queue's containers. */
+  queueId: (prefix: string) => `${prefix}:queue-id`,
 };
 
 /** BullMQ job ids may not contain ":"; run ids and trial ids never hold "|". */

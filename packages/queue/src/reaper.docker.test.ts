@@ -5,7 +5,7 @@ import { silentLogger } from "@proctor/schema";
 import { afterAll, beforeAll, expect, test } from "vitest";
 import { reapDeadWorkers, WORKER_LABELS } from "./reaper";
 import { startRedisServer, type RedisServerHandle } from "./redis-server";
-import { beat } from "./registry";
+import { beat, queueId } from "./registry";
 
 const docker = new Dockerode();
 let redis: RedisServerHandle;
@@ -22,11 +22,11 @@ afterAll(async () => {
   await redis.stop();
 });
 
-async function container(worker: string, host: string): Promise<string> {
+async function container(worker: string, host: string, queue: string): Promise<string> {
   const created = await docker.createContainer({
     Image: "proctor/busybox:latest",
     Cmd: ["sleep", "600"],
-    Labels: { [WORKER_LABELS.worker]: worker, [WORKER_LABELS.host]: host, "proctor.test": "queue-reaper" },
+    Labels: { [WORKER_LABELS.worker]: worker, [WORKER_LABELS.host]: host, [WORKER_LABELS.queue]: queue, "proctor.test": "queue-reaper" },
   });
   made.push(created.id);
   await created.start();
@@ -35,15 +35,22 @@ async function container(worker: string, host: string): Promise<string> {
 
 const exists = (id: string) => docker.getContainer(id).inspect().then(() => true, () => false);
 
-test("a worker reaps the containers of workers on its host whose heartbeat is gone, and nothing else", async () => {
+test("a worker reaps the containers of its queue's workers on its host whose heartbeat is gone, and nothing else", async () => {
   const host = hostname();
   const now = new Date().toISOString();
+  const queue = await queueId(client, "proctor");
+  expect(await queueId(client, "proctor")).toBe(queue); // made once, then read
+  const otherQueue = await queueId(client, "another-deployment");
+  expect(otherQueue).not.toBe(queue);
   await beat(client, "proctor", { id: "alive-1", name: "alive", host, pid: 1, runtime: "docker", capacity: 1, running: [], finished: 0, startedAt: now, heartbeatAt: now, draining: false }, 60_000);
-  const dead = await container("dead-1", host);
-  const alive = await container("alive-1", host);
-  const elsewhere = await container("dead-2", "some-other-host");
-  expect(await reapDeadWorkers(docker, client, { prefix: "proctor", host, logger: silentLogger })).toBe(1);
+  const dead = await container("dead-1", host, queue);
+  const alive = await container("alive-1", host, queue);
+  const elsewhere = await container("dead-2", "some-other-host", queue);
+  // A worker of another queue on this daemon: its heartbeat is in that queue, not in this one.
+  const otherQueues = await container("other-1", host, otherQueue);
+  expect(await reapDeadWorkers(docker, client, { prefix: "proctor", host, queue, logger: silentLogger })).toBe(1);
   expect(await exists(dead)).toBe(false);
   expect(await exists(alive)).toBe(true);
   expect(await exists(elsewhere)).toBe(true); // another host's containers are its own workers' business
+  expect(await exists(otherQueues)).toBe(true);
 });

@@ -2,8 +2,11 @@ import type { Logger } from "@proctor/schema";
 import type { Redis } from "ioredis";
 import { isAlive } from "./registry";
 
-/** Labels on every container a queue worker starts: the worker's id and its reap scope (the Docker daemon's ID, else the host name). */
-export const WORKER_LABELS = { worker: "proctor.worker", host: "proctor.worker.host" } as const;
+/**
+ * Labels on every container a queue worker starts: the worker's id, its reap scope (the Docker
+ * daemon's ID, else the host name) and its queue's id (see queueId).
+ */
+export const WORKER_LABELS = { worker: "proctor.worker", host: "proctor.worker.host", queue: "proctor.worker.queue" } as const;
 
 /** The part of a Docker client (dockerode) the reaper uses. */
 export interface ContainerApi {
@@ -14,11 +17,16 @@ export interface ContainerApi {
 }
 
 /**
- * Removes containers on this Docker host started by queue workers of `host` (their reap scope) whose heartbeat is
- * gone (killed with -9, machine lost its network, ...). Returns how many were removed.
+ * Removes containers on this Docker host started by workers of this queue (`queue`, see queueId)
+ * and reap scope (`host`) whose heartbeat is gone (killed with -9, machine lost its network, ...).
+ * Another queue's containers are never touched: their heartbeats live in another Redis or prefix.
+ * Returns how many were removed.
  */
-export async function reapDeadWorkers(api: ContainerApi, redis: Redis, options: { prefix: string; host: string; logger: Logger }): Promise<number> {
-  const containers = await api.listContainers({ all: true, filters: { label: [WORKER_LABELS.worker, `${WORKER_LABELS.host}=${options.host}`] } });
+export async function reapDeadWorkers(api: ContainerApi, redis: Redis, options: { prefix: string; host: string; queue: string; logger: Logger }): Promise<number> {
+  const containers = await api.listContainers({
+    all: true,
+    filters: { label: [WORKER_LABELS.worker, `${WORKER_LABELS.host}=${options.host}`, `${WORKER_LABELS.queue}=${options.queue}`] },
+  });
   const verdict = new Map<string, boolean>();
   let removed = 0;
   for (const info of containers) {

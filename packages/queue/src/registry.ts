@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import type { ChainableCommander, Redis } from "ioredis";
 import { keys } from "./protocol";
 
@@ -51,4 +52,16 @@ export async function listWorkers(redis: Redis, prefix: string): Promise<WorkerI
 /** Whether a worker's heartbeat is still alive. */
 export async function isAlive(redis: Redis, prefix: string, id: string): Promise<boolean> {
   return (await redis.exists(keys.worker(prefix, id))) === 1;
+}
+
+/**
+ * The queue's id (Redis server + prefix), made once by whichever worker asks first. Queues that
+ * share a Docker daemon (two deployments, or a test's private Redis) tell their containers apart
+ * by it: a heartbeat is looked up only in the queue that started the container.
+ */
+export async function queueId(redis: Redis, prefix: string): Promise<string> {
+  await redis.set(keys.queueId(prefix), randomUUID(), "NX");
+  const id = await redis.get(keys.queueId(prefix));
+  if (!id) throw new Error(`the queue's id (${keys.queueId(prefix)}) vanished from Redis as it was made`);
+  return id;
 }

@@ -16,7 +16,7 @@ import { keys, RunContext, TaskRecord, TrialJob } from "./protocol";
 import { SpecCache } from "./specs";
 import { packTrialFiles, removeSmallTreeSync } from "./trial-files";
 import { reapDeadWorkers, WORKER_LABELS, type ContainerApi } from "./reaper";
-import { beat, forget, queueBeat, type WorkerInfo } from "./registry";
+import { beat, forget, queueBeat, queueId, type WorkerInfo } from "./registry";
 
 export interface QueueWorkerOptions {
   /** `redis://HOST:PORT/DB`. */
@@ -115,7 +115,8 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
   // Workers reap each other's containers per Docker daemon: workers in containers on one daemon
   // have host names of their own, but share its containers.
   const reapScope = await daemonScope(options.containers, host, logger);
-  const runtime = labelled(options.runtime, { [WORKER_LABELS.worker]: id, [WORKER_LABELS.host]: reapScope });
+  const queue = await queueId(redis, prefix);
+  const runtime = labelled(options.runtime, { [WORKER_LABELS.worker]: id, [WORKER_LABELS.host]: reapScope, [WORKER_LABELS.queue]: queue });
   const repoCache = new RepoCache(join(options.workDir, "repos"), { logger });
   const stop = new AbortController(); // only a forced stop aborts running trials
   const running = new Set<string>();
@@ -349,7 +350,7 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
   const reap = async () => {
     if (!options.containers) return;
     try {
-      await reapDeadWorkers(options.containers, redis, { prefix, host: reapScope, logger });
+      await reapDeadWorkers(options.containers, redis, { prefix, host: reapScope, queue, logger });
     } catch (error) {
       logger.warn("reaping dead workers' containers failed", { error: (error as Error).message });
     }
