@@ -194,6 +194,8 @@ function removeSpareDirsSync(): void {
  */
 export class ExecChannel {
   private state: State = "starting";
+  /** close() was called: nothing may be opened after it (see arm). */
+  private closed = false;
   private ctl: Socket | undefined;
   private live: Fifo | undefined;
   private readonly free: Lane[] = [];
@@ -243,8 +245,22 @@ export class ExecChannel {
     const ctlFd = await openFd(join(this.hostDir, "ctl"), constants.O_RDWR | constants.O_NONBLOCK | constants.O_NOFOLLOW);
     this.ctl = new Socket({ fd: ctlFd, readable: false, writable: true });
     this.ctl.on("error", (error) => this.die(`writing a request failed: ${error.message}`));
-    this.live = await openFifoReader(join(this.hostDir, "live"));
-    const live = this.live;
+    let live: Fifo;
+    try {
+      live = await openFifoReader(join(this.hostDir, "live"));
+    } catch (error) {
+      this.closeEnds();
+      throw error;
+    }
+    if (this.closed) {
+      // Closed while it opened (the sandbox was killed during a restart): a reader kept now would
+      // never see EOF (it holds its own writer) and would keep this process alive.
+      live.socket.destroy();
+      await closeFd(live.dummy);
+      this.closeEnds();
+      return;
+    }
+    this.live = live;
     live.socket.resume();
     live.socket.once("end", () => {
       if (this.live === live) this.die("the keep-alive is gone (the container stopped or restarts)");
@@ -278,6 +294,7 @@ export class ExecChannel {
 
   /** Closes the host's ends and removes the directory. Safe to call twice. */
   async close(): Promise<void> {
+    this.closed = true;
     this.die("the sandbox was killed");
     this.closeEnds();
     // Not fs.rm: it stats each FIFO, which breaks require() in this process (see removeTreeWithoutStat).
@@ -322,8 +339,11 @@ export class ExecChannel {
     const opened: Fifo[] = [];
     let ordered: [Fifo, Fifo, Fifo] | undefined;
     try {
-      // All at once: each is a threadpool round trip.
-      const [, , ...fifos] = await Promise.all([
+      // All at once: each is a threadpool round trip. Settled, not Promise.all: when one fails
+      // (the sandbox was killed and its directory removed meanwhile), the opens still in flight
+      // must land in `opened` before the cleanup below, or their FIFOs stay open for good and
+      // keep this process from exiting.
+      const [, , ...fifos] = await Promise.allSettled([
         stdinPath && options.stdin !== undefined ? writeFile(stdinPath, options.stdin, { mode: 0o644 }) : undefined,
         writeFile(scriptPath, script, { mode: 0o644 }),
         ...[`w${lane.index}`, `o${lane.index}`, `e${lane.index}`].map((name) =>
@@ -332,7 +352,11 @@ export class ExecChannel {
             return fifo;
           }),
         ),
-      ]);
+      ]).then((settled) => {
+        const failed = settled.find((s) => s.status === "rejected");
+        if (failed) throw failed.reason;
+        return settled.map((s) => (s as PromiseFulfilledResult<unknown>).value);
+      });
       ordered = fifos as [Fifo, Fifo, Fifo];
       const result = await this.run(seq, lane, ordered, options, execId, host);
       if (result === null) return null;
