@@ -27,7 +27,8 @@ export function spawnProctor(args: string[], env: Record<string, string> = {}): 
     { cwd: repoRoot, env: { ...process.env, FORCE_COLOR: "0", ...env } },
   );
   REPORTS.set(child, reports);
-  child.on("close", () => setTimeout(() => rmSync(reports, { recursive: true, force: true }), 5000).unref());
+  // A hang's report is read before the kill (describeHang), so the directory can go at exit.
+  child.on("close", () => rmSync(reports, { recursive: true, force: true }));
   return child;
 }
 

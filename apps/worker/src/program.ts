@@ -15,17 +15,17 @@ const positive = (flag: string) => (value: string) => {
   return n;
 };
 
+/** Runs a worker until it is told to stop; its exit code. The queue, engine and runtime load on the first call, not for --help. */
+export async function runWorker(config: WorkerConfig, options: RunWorkerOptions = {}): Promise<number> {
+  return (await import("./worker")).runWorker(config, options);
+}
+
 /**
  * The worker's command: flags, each also read from its environment variable (the flag wins).
  * `proctor-worker` runs it as the program, `proctor worker` as a subcommand (`label` starts its
  * error lines); the exit code goes
  * to `setExitCode` (0 after a drain, 2 bad configuration, 3 no runtime, 130 a second signal).
  */
-/** Runs a worker until it is told to stop; its exit code. The queue, engine and runtime load on the first call, not for --help. */
-export async function runWorker(config: WorkerConfig, options: RunWorkerOptions = {}): Promise<number> {
-  return (await import("./worker")).runWorker(config, options);
-}
-
 export function workerCommand(setExitCode: (code: number) => void, name = "proctor-worker", label = name): Command {
   return new Command(name)
     .description("run trials from a Redis queue (proctor serve --queue / proctor run --queue) until SIGTERM, which drains: running trials finish, then it exits")
