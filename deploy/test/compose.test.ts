@@ -1,11 +1,12 @@
 // deploy/compose.yaml end to end: the images built offline, the stack up with the compose tool
 // Debian packages, one batch submitted with `proctor submit`, graded by two workers, one of them
 // restarted mid-batch, then everything torn down with nothing left.
-import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { execFile, execFileSync, spawn, spawnSync } from "node:child_process";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 
 const repoRoot = resolve(import.meta.dirname, "../..");
@@ -29,7 +30,14 @@ function composeCommand(): string[] {
 
 let work: string;
 let port: number;
-let compose: (args: string[]) => string;
+let compose: (args: string[]) => Promise<string>;
+/**
+ * Long commands (image builds, compose up/down, a draining restart) run asynchronously: a
+ * synchronous one blocks this worker's event loop for minutes, and vitest's own calls from it
+ * then time out ("Timeout calling onTaskUpdate", an unhandled error that fails the run).
+ */
+const run = (file: string, args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv } = {}) =>
+  promisify(execFile)(file, args, { ...options, encoding: "utf8", maxBuffer: 256 * 1024 * 1024 });
 let base: string;
 
 async function freePort(): Promise<number> {
@@ -110,18 +118,19 @@ describe.skipIf(!haveDocker)("deploy/compose.yaml", () => {
   beforeAll(async () => {
     work = await mkdtemp(join(tmpdir(), "proctor-deploy-"));
     port = await freePort();
-    const build = spawnSync("bash", [join(repoRoot, "tools/images/build.sh"), "deploy"], { cwd: repoRoot, encoding: "utf8", env: { ...process.env, PROCTOR_IMAGES_BUILT: process.env.PROCTOR_IMAGES_BUILT ?? "" } });
-    if (build.status !== 0) throw new Error(`pnpm images --deploy failed:\n${build.stdout}${build.stderr}`);
+    await run("bash", [join(repoRoot, "tools/images/build.sh"), "deploy"], { cwd: repoRoot, env: { ...process.env, PROCTOR_IMAGES_BUILT: process.env.PROCTOR_IMAGES_BUILT ?? "" } }).catch((error: { stdout?: string; stderr?: string }) => {
+      throw new Error(`pnpm images --deploy failed:\n${error.stdout ?? ""}${error.stderr ?? ""}`);
+    });
     const [cmd, ...pre] = composeCommand() as [string, ...string[]];
     const files = ["-f", join(repoRoot, "deploy/compose.yaml"), "-f", await override()];
     const env = { ...process.env, PROCTOR_PORT: String(port), PROCTOR_TOKENS: userToken, PROCTOR_WORKER_TOKEN: workerToken, PROCTOR_WORKER_CONCURRENCY: "2", PROCTOR_WORKER_STOP_GRACE: "5m" };
-    compose = (args) => execFileSync(cmd, [...pre, "-p", project, ...files, ...args], { cwd: repoRoot, env, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+    compose = async (args) => (await run(cmd, [...pre, "-p", project, ...files, ...args], { cwd: repoRoot, env })).stdout;
     base = `http://127.0.0.1:${port}`;
   }, 900_000); // hang guard: the image builds copy ~150 MB each on a loaded 2-core machine
   afterAll(async () => {
     // Also after a failure: nothing of the stack may stay.
     try {
-      compose?.(["down", "-v", "--remove-orphans", "-t", "60"]);
+      await compose?.(["down", "-v", "--remove-orphans", "-t", "60"]);
     } finally {
       await rm(work, { recursive: true, force: true });
     }
@@ -130,7 +139,7 @@ describe.skipIf(!haveDocker)("deploy/compose.yaml", () => {
   // A hang guard, not a speed check: eight trials in containers on a loaded 2-core machine.
   test("server + Redis + 2 workers: a submitted batch is graded by both, survives a worker restart, and down leaves nothing", { timeout: 900_000 }, async () => {
     const archive = await submission();
-    compose(["up", "-d", "--scale", "worker=2"]);
+    await compose(["up", "-d", "--scale", "worker=2"]);
     const health = await until("the server's /health", async () => ((await fetch(`${base}/health`, { signal: AbortSignal.timeout(5000) })).ok ? true : null));
     expect(health).toBe(true);
     await until("two workers on the queue", async () => (await workers()).length === 2);
@@ -152,22 +161,22 @@ describe.skipIf(!haveDocker)("deploy/compose.yaml", () => {
       return grading.size === 2;
     });
     // Restart one worker mid-batch: SIGTERM drains (its trials finish), then it comes back.
-    const [victim] = compose(["ps", "-q", "worker"]).trim().split("\n");
-    execFileSync("docker", ["restart", "-t", "300", victim as string]);
+    const [victim] = (await compose(["ps", "-q", "worker"])).trim().split("\n");
+    await run("docker", ["restart", "-t", "300", victim as string]);
 
     expect(await submitted, stderr).toBe(0);
     const status = JSON.parse(stdout) as { batch_id: string; status: string; total_tasks: number; passed_tasks: number; failed_tasks: number };
     expect(status).toMatchObject({ status: "completed", total_tasks: TASKS, passed_tasks: TASKS, failed_tasks: 0 });
 
     // Every trial ran to a result exactly once, across the two workers (logs span the restart).
-    const logs = compose(["logs", "--no-color", "worker"]);
+    const logs = await compose(["logs", "--no-color", "worker"]);
     const trialLines = logs.split("\n").filter((l) => /trial=t\d+__1 /.test(l));
     expect(trialLines.filter((l) => / status=passed /.test(l))).toHaveLength(TASKS);
     expect(new Set(trialLines.map((l) => /trial=(t\d+)__1/.exec(l)?.[1])).size).toBe(TASKS);
     expect(logs).toMatch(/SIGTERM: draining/);
     await until("both workers back on the queue", async () => (await workers()).length === 2);
 
-    compose(["down", "-v", "--remove-orphans", "-t", "60"]);
+    await compose(["down", "-v", "--remove-orphans", "-t", "60"]);
     const left = (args: string[]) => execFileSync("docker", args, { encoding: "utf8" }).trim();
     expect(left(["ps", "-aq", "--filter", `label=com.docker.compose.project=${project}`])).toBe("");
     expect(left(["volume", "ls", "-q", "--filter", `label=com.docker.compose.project=${project}`])).toBe("");
