@@ -7,6 +7,8 @@ import { readFileSync } from "node:fs";
 const ERROR_LINES = 12;
 const lines = readFileSync(process.argv[2], "utf8").replace(/\x1b\[[0-9;]*m/g, "").split("\n");
 const totals = { passed: 0, failed: 0, skipped: 0 };
+/** Unhandled errors per project: vitest fails the run for them even when every test passed. */
+const unhandled = [];
 /** Failed test name → the first lines of its error (vitest prints them under the FAIL line). */
 const failures = new Map();
 let projects = 0;
@@ -18,6 +20,8 @@ for (let i = 0; i < lines.length; i++) {
     const name = `${failed[1] ? `${failed[1]} ` : ""}${failed[2]}`;
     if (!failures.has(name) || failures.get(name).length === 0) failures.set(name, errorAfter(i, failed[1]));
   }
+  const errors = /^(?:(\S+):\s+)?\s*Errors\s+(\d+) errors?\s*$/.exec(line);
+  if (errors) unhandled.push({ project: errors[1] ?? "", count: Number(errors[2]), first: lines.slice(0, i).reverse().find((l) => /^(?:\S+:\s+)?(?:\w*Error|Error): /.test(l) && (!errors[1] || l.startsWith(`${errors[1]}: `))) ?? "" });
   const m = /\bTests\s+(.+?)\s+\(\d+\)\s*$/.exec(line);
   if (!m) continue;
   projects += 1;
@@ -49,4 +53,5 @@ if (failures.size > 0) {
     for (const text of error) console.log(`      ${text}`);
   }
 }
+for (const u of unhandled) console.log(`unhandled errors: ${u.count} in ${u.project || "the suite"} (they fail the run although its tests passed): ${u.first.trim()}`);
 console.log(`tests: ${totals.passed} passed, ${totals.failed} failed, ${totals.skipped} skipped`);
