@@ -67,7 +67,8 @@ describe.skipIf(!docker)("kill -9 of the CLI or the server", () => {
     for (const id of ["slow-a", "slow-b"]) await slowTask(join(tasks, id));
     const runId = `crash-reap-${process.pid}-${Date.now()}`;
     const child = spawnProctor(["run", tasks, "--runtime", "docker", "-a", "oracle", "-n", "2", "-o", join(root, "runs"), "--run-id", runId]);
-    const done = finish(child);
+    let stderr = "";
+    const done = finish(child, (text) => (stderr = text));
     const label = `label=proctor.run=${runId}`;
     try {
       // Mid-run: both trials' sandboxes are up (the solutions sleep for 5 minutes).
@@ -75,7 +76,8 @@ describe.skipIf(!docker)("kill -9 of the CLI or the server", () => {
       expect(up, (await Promise.race([done, Promise.resolve(null)]))?.stderr ?? "the CLI still runs").toBe(true);
       expect(watchdogsOfPid(child.pid as number)).toHaveLength(1);
       // Each sandbox's exec channel has its FIFO directory in the temp dir, named after the CLI's pid.
-      expect(channelDirsOfPid(child.pid as number).length).toBeGreaterThanOrEqual(2);
+      const channels = () => readdirSync(tmpdir()).filter((name) => name.startsWith("proctor-channel-"));
+      expect(channelDirsOfPid(child.pid as number).length, `pid ${child.pid}; channel dirs in ${tmpdir()}: ${channels().join(" ")}\n${stderr.split("\n").slice(-20).join("\n")}`).toBeGreaterThanOrEqual(2);
     } catch (error) {
       child.kill("SIGKILL");
       throw error;

@@ -7,7 +7,7 @@ import { startScriptedModelServer, type ScriptedReply, type ScriptedRequest, typ
 import { dockerTestGate } from "@proctor/sandbox-docker";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRedisServer } from "@proctor/queue";
-import { finish, proctor, spawnProctor } from "./test-support";
+import { describeTrials, finish, proctor, spawnProctor } from "./test-support";
 
 const haveDocker = await dockerTestGate();
 const KEY = "sk-installed-e2e-REAL-9d41c7a0e2";
@@ -123,7 +123,7 @@ describe.skipIf(!haveDocker)("proctor run --agent codex / claude-code (the real 
         expect(r.code, r.stderr).toBe(0);
         expect(r.stderr).toMatch(new RegExp(`agent ${c.agent} [\\d.]+: (installed in [\\d.]+ s|cached) `));
         const summary = JSON.parse(r.stdout);
-        expect(summary.trials).toMatchObject({ total: 1, passed: 1, errored: 0 });
+        expect(summary.trials, `${describeTrials(join(out, runId))}\n${r.stderr.split("\n").slice(-40).join("\n")}`).toMatchObject({ total: 1, passed: 1, errored: 0 });
 
         // Every request the model server got carried the real key and the pinned model; none the sandbox's token.
         const main = server.requests.filter(c.isMain);

@@ -128,3 +128,27 @@ export function listeningUrl(server: ChildProcess): Promise<string> {
     server.on("close", (code) => fail(new Error(`serve exited ${code}: ${seen}`)));
   });
 }
+
+/**
+ * One line per trial of a run directory (status, error, agent exit), for an assertion's message:
+ * a trial that errored on a loaded CI machine then says why in the log.
+ */
+export function describeTrials(runDir: string): string {
+  let ids: string[];
+  try {
+    ids = readdirSync(join(runDir, "trials"));
+  } catch (error) {
+    return `no trials in ${runDir}: ${(error as Error).message}`;
+  }
+  return ids
+    .map((id) => {
+      try {
+        const r = JSON.parse(readFileSync(join(runDir, "trials", id, "result.json"), "utf8")) as { status?: string; error?: unknown; agent?: { exitCode?: unknown; timedOut?: unknown }; phases?: { phase: string; durationMs: number }[] };
+        const phases = (r.phases ?? []).map((p) => `${p.phase} ${p.durationMs}ms`).join(", ");
+        return `${id}: ${r.status} error=${JSON.stringify(r.error)} agent=${JSON.stringify(r.agent ?? null)} phases: ${phases}`;
+      } catch (error) {
+        return `${id}: no result.json (${(error as Error).message})`;
+      }
+    })
+    .join("\n");
+}
