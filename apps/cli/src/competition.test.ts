@@ -4,7 +4,7 @@ import { cp, mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { dockerTestGate } from "@proctor/sandbox-docker";
-import { proctor, repoRoot } from "./test-support";
+import { describeTrials, proctor, repoRoot } from "./test-support";
 
 // The issue's "done when": the example competition with the dummy agent image, then the report.
 const haveDocker = await dockerTestGate();
@@ -40,7 +40,7 @@ describe.skipIf(!haveDocker)("proctor run on competitions (Docker)", () => {
     const oracle = await proctor(["run", "examples/competitions", "-a", "oracle", "-o", out, "--run-id", "oracle", "--json"]);
     expect(oracle.code, oracle.stderr).toBe(0);
     const oracleReport = await proctor(["report", join(out, "oracle"), "--format", "json"]);
-    expect(JSON.parse(oracleReport.stdout).competitions.rows[0]).toMatchObject({ competitionId: "tiny-regression", medals: { gold: 1 } });
+    expect(JSON.parse(oracleReport.stdout).competitions.rows[0], `${describeTrials(join(out, "oracle"))}\n${oracleReport.stdout.slice(0, 2000)}`).toMatchObject({ competitionId: "tiny-regression", medals: { gold: 1 } });
   });
 
   test("--container-config: a bad file, privileged without consent and an unknown runtime exit 2 before any trial", async () => {
