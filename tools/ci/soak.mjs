@@ -78,10 +78,10 @@ function testProjects(selected) {
       if (existsSync(manifest)) roots.set(JSON.parse(readFileSync(manifest, "utf8")).name, `${group}/${dir}`);
     }
   }
-  // Tool projects (tools/pack) are named in their project.json and have no vitest suite.
-  for (const dir of readdirSync(join(ROOT, "tools"))) {
-    const config = join(ROOT, "tools", dir, "project.json");
-    if (existsSync(config)) roots.set(JSON.parse(readFileSync(config, "utf8")).name, `tools/${dir}`);
+  // Projects named in a project.json: tools (tools/pack) and top-level ones (deploy).
+  for (const dir of [...readdirSync(join(ROOT, "tools")).map((d) => `tools/${d}`), ...readdirSync(ROOT)]) {
+    const config = join(ROOT, dir, "project.json");
+    if (existsSync(config)) roots.set(JSON.parse(readFileSync(config, "utf8")).name, dir);
   }
   let projects = names.map((name) => ({ name, root: roots.get(name) ?? fail(`no folder found for project ${name}`) }));
   if (selected) {
