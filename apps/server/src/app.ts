@@ -166,15 +166,30 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
     // while the body is arriving (not while a complete upload is being extracted).
     const socket = request.raw.socket;
     const onIdle = () => {
-      ctx.logger.warn("upload stalled; dropping the connection", { identity, idleMs: ctx.uploadIdleTimeoutMs });
-      socket.destroy();
+      // The silence may be this server's, not the client's: after a busy stretch of the event
+      // loop the expired timer runs before the bytes that arrived meanwhile are read, and a body
+      // held back by its own consumer (staging to a slow disk) is not read at all. Decide after
+      // this turn's reads, and only for a client that sent nothing while the body was being read.
+      const read = socket.bytesRead;
+      setImmediate(() => {
+        if (!watching || socket.destroyed) return;
+        if (socket.bytesRead !== read || request.raw.isPaused() || socket.isPaused()) {
+          socket.setTimeout(ctx.uploadIdleTimeoutMs);
+          return;
+        }
+        ctx.logger.warn("upload stalled; dropping the connection", { identity, idleMs: ctx.uploadIdleTimeoutMs });
+        socket.destroy();
+      });
     };
-    socket.setTimeout(ctx.uploadIdleTimeoutMs, onIdle);
+    // Told through the request: Node's HTTP server destroys a timed-out socket itself unless its
+    // request (or response, or server) takes the 'timeout' event.
+    socket.setTimeout(ctx.uploadIdleTimeoutMs);
+    request.raw.on("timeout", onIdle);
     let watching = true;
     const stopWatching = () => {
       if (!watching) return;
       watching = false;
-      socket.off("timeout", onIdle);
+      request.raw.off("timeout", onIdle);
       // Node sets its keep-alive timeout on the socket itself once the response is done.
       if (!socket.destroyed) socket.setTimeout(0);
     };
@@ -182,7 +197,7 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
     reply.raw.once("close", () => {
       if (watching) {
         watching = false;
-        socket.off("timeout", onIdle);
+        request.raw.off("timeout", onIdle);
       }
       release();
     });

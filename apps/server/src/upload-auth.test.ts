@@ -1,5 +1,7 @@
 import { createHash } from "node:crypto";
-import { readdir } from "node:fs/promises";
+import { once } from "node:events";
+import { readFile, readdir } from "node:fs/promises";
+import { connect } from "node:net";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { Keypair, contentDigestHeader, signRequest } from "@proctor/auth";
@@ -246,13 +248,50 @@ describe("upload caps", () => {
   });
 
   test("the idle timeout covers the body only, not the server's work after it (extraction, task loading)", async () => {
-    const server = await startTestServer(join(fixture.root, "idle-work"), { uploadIdleTimeoutMs: 50 });
+    // Far below the work after the body (0.8-5 s for 150 tasks on CI), far above a gap between
+    // the chunks of a client reading a small archive from disk.
+    const server = await startTestServer(join(fixture.root, "idle-work"), { uploadIdleTimeoutMs: 300 });
     try {
       const archive = await makeArchive(fixture.root, { ...fixture, tasks: Array.from({ length: 150 }, (_, i) => ({ id: `t${i}` })) });
       const started = Date.now();
       const result = await uploadArchive({ server: server.url, archivePath: archive, keypair: ALICE, uploadRetries: 0 });
       expect(result.total_tasks).toBe(150);
       console.log(`upload with 150 tasks took ${Date.now() - started} ms`);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("a busy server is not a stalled client: an idle timer that fires late, with the rest of the body already arrived, drops nothing", async () => {
+    const idleMs = 1000;
+    const server = await startTestServer(join(fixture.root, "idle-busy"), { uploadIdleTimeoutMs: idleMs });
+    try {
+      const boundary = "proctor-busy-server";
+      const head = Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="archive"; filename="a.tar.gz"\r\nContent-Type: application/octet-stream\r\n\r\n`);
+      const tail = Buffer.from(`\r\n--${boundary}--\r\n`);
+      const body = Buffer.concat([head, await readFile(await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "t" }] })), tail]);
+      const sha = createHash("sha256").update(body).digest("hex");
+      const headers = { ...signRequest({ keypair: ALICE, body: { sha256Hex: sha } }), "content-digest": contentDigestHeader(sha), "content-type": `multipart/form-data; boundary=${boundary}`, "content-length": String(body.length), connection: "close" };
+      const { hostname, port } = new URL(server.url);
+      // A raw socket: each write reaches the server's receive buffer at once, with no client-side delay.
+      const socket = connect(Number(port), hostname);
+      await once(socket, "connect");
+      let response = "";
+      socket.on("data", (c: Buffer) => (response += c.toString()));
+      const closed = once(socket, "close");
+      socket.write(`POST /submit HTTP/1.1\r\nhost: ${hostname}:${port}\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}`).join("\r\n")}\r\n\r\n`);
+      socket.write(body.subarray(0, body.length - tail.length));
+      await uploadsInProgress(server.url, 1);
+      // The rest of the body arrives; then this process, the server's, is busy for longer than the
+      // idle timeout before its event loop reads it: the expired timer runs before that read.
+      socket.write(body.subarray(body.length - tail.length));
+      setImmediate(() => {
+        const until = Date.now() + 2.5 * idleMs;
+        while (Date.now() < until);
+      });
+      await closed;
+      expect(response.split("\r\n")[0], response).toBe("HTTP/1.1 202 Accepted");
+      expect(server.logger.lines.join("\n")).not.toMatch(/upload stalled/);
     } finally {
       await server.close();
     }
