@@ -13,10 +13,20 @@ const docker = new Dockerode();
 const run = await dockerTestGate(docker);
 
 describe("ownContainerId", () => {
-  it("reads the container id from the mounts Docker gives every container, and nothing from a host's mountinfo", () => {
+  it("reads the container id from the files Docker binds at its /etc, and nothing from a host's mountinfo, also while the daemon copies files of another container", () => {
     const id = "a".repeat(40) + "0123456789abcdef01234567";
     expect(ownContainerId(`1187 1170 8:1 /var/lib/docker/containers/${id}/resolv.conf /etc/resolv.conf rw,relatime - ext4 /dev/sda1 rw\n`)).toBe(id);
     expect(ownContainerId("25 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n")).toBeNull();
+    // A host's mount table while the daemon copies files out of a container (docker cp, the
+    // archive API): that container's binds sit under its rootfs, not at this process's /etc.
+    const other = "e48936022e84b663bc42e0aa8e2472ccaf9f5a507a79279d3f267c9d3be66112";
+    const merged = "/var/lib/docker/overlay2/a39ea93b69a85bfccf7c825bdfb34d8c7f416ab1a46255c65c29ae278af842c7/merged";
+    const duringCopy = ["hostname", "hosts", "resolv.conf"].map((f, i) => `${47 + i} 45 254:0 /var/lib/docker/containers/${other}/${f} ${merged}/etc/${f} rw,relatime - ext4 /dev/vda rw`).join("\n");
+    expect(ownContainerId(`25 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n${duringCopy}\n`)).toBeNull();
+    // Inside a container during such a copy of a sibling: its own binds still name it.
+    expect(ownContainerId(`${duringCopy}\n1188 1170 8:1 /var/lib/docker/containers/${id}/hostname /etc/hostname rw - ext4 /dev/sda1 rw\n`)).toBe(id);
+    // The file bound at /etc/hostname must be that container's hostname, not another of its files.
+    expect(ownContainerId(`1189 1170 8:1 /var/lib/docker/containers/${id}/hosts /etc/hostname rw - ext4 /dev/sda1 rw\n`)).toBeNull();
   });
 });
 

@@ -60,9 +60,22 @@ function realOrResolved(path: string): string {
   }
 }
 
-/** The id of the Docker container this process runs in, from the mounts Docker gives every container (/etc/hostname, /etc/hosts, /etc/resolv.conf). */
+/**
+ * The id of the Docker container this process runs in, from the files Docker binds at this
+ * process's own /etc/hostname, /etc/hosts and /etc/resolv.conf. Only a mount at that very path
+ * counts: while the daemon copies files in or out of any container (the archive API, `docker
+ * cp`), the host's mount table holds that container's binds too, at <rootfs>/etc/hostname.
+ */
 export function ownContainerId(mountinfo: string): string | null {
-  return /\/containers\/([0-9a-f]{64})\/(?:hostname|hosts|resolv\.conf)\b/.exec(mountinfo)?.[1] ?? null;
+  for (const line of mountinfo.split("\n")) {
+    // Fields: id, parent, major:minor, root, mount point, ...
+    const [, , , root, mountPoint] = line.split(" ");
+    const name = /^\/etc\/(hostname|hosts|resolv\.conf)$/.exec(mountPoint ?? "")?.[1];
+    if (name === undefined) continue;
+    const id = new RegExp(`/containers/([0-9a-f]{64})/${name.replace(".", "\\.")}$`).exec(root ?? "")?.[1];
+    if (id !== undefined) return id;
+  }
+  return null;
 }
 
 /**
