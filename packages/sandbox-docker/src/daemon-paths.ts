@@ -72,8 +72,8 @@ export function ownContainerId(mountinfo: string): string | null {
     const [, , , root, mountPoint] = line.split(" ");
     const name = /^\/etc\/(hostname|hosts|resolv\.conf)$/.exec(mountPoint ?? "")?.[1];
     if (name === undefined) continue;
-    const id = new RegExp(`/containers/([0-9a-f]{64})/${name.replace(".", "\\.")}$`).exec(root ?? "")?.[1];
-    if (id !== undefined) return id;
+    const bound = /\/containers\/([0-9a-f]{64})\/([^/]+)$/.exec(root ?? "");
+    if (bound?.[1] && bound[2] === name) return bound[1];
   }
   return null;
 }
