@@ -208,6 +208,29 @@ async function removeIn(grader: Sandbox, paths: readonly string[], signal: Abort
   }
 }
 
+/**
+ * The grader's install ran at the base commit before the agent's files came, so what it built
+ * from them must not outlive them: each changed file gets a time later than the install's output
+ * (make, cargo and the like rebuild what is older than its sources; the upload's times are whole
+ * seconds), and the bytecode of each changed or deleted Python module goes (Python trusts a .pyc
+ * whose recorded source size and mtime second match: a same-size edit in the same second would
+ * run the base commit's code).
+ */
+const REFRESH_SCRIPT = `for p in "$@"; do
+  case "$p" in
+    *.py) d=$(dirname -- "$p"); b=$(basename -- "$p" .py); rm -f -- "$d/__pycache__/$b".*.pyc "$d/__pycache__/$b".*.pyo "\${p}c" "\${p}o" || exit 1 ;;
+  esac
+  if [ -f "$p" ] && [ ! -L "$p" ]; then touch -c -- "$p" || exit 1; fi
+done`;
+
+async function refreshChanged(grader: Sandbox, changed: readonly string[], deleted: readonly string[], signal: AbortSignal): Promise<void> {
+  for (const chunk of argumentChunks([...changed, ...deleted])) {
+    const result = await grader.exec(trusted(grader, REFRESH_SCRIPT, chunk.map((p) => `./${p}`)), { ...adminOptions(grader), cwd: grader.workdir, timeoutMs: HOUSEKEEPING_MS, signal });
+    throwIfAborted(signal);
+    if (result.exitCode !== 0) throw new GraderError(`refreshing the agent's changed files in the grader's sandbox failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
+  }
+}
+
 /** Puts a staged entry (file, directory or link) at `path` in the grader; a staged link becomes a link with the same target. */
 async function placeStaged(grader: Sandbox, staged: string, path: string, signal: AbortSignal): Promise<void> {
   const info = await lstat(staged);
@@ -281,6 +304,7 @@ export async function placeOutputs(attempt: SandboxAttempt, grader: Sandbox, cap
       await onOutputs("copying the repository's changed files", () => stageFiles(tree, diff.changed, staging));
       await removeIn(grader, [...diff.changed, ...diff.deleted].map((p) => posix.join(grader.workdir, p)), signal);
       if (diff.changed.length > 0) await grader.upload(staging, grader.workdir);
+      await refreshChanged(grader, diff.changed, diff.deleted, signal);
       return { tampered: diff.tampered.map(inRepo), flags: diff.flags, skipped: diff.skipped.map((p) => `${inRepo(p)} (bytecode is not carried)`) };
     },
     { timeoutMs: CHECKOUT_MS, signal },

@@ -161,7 +161,16 @@ export async function diffRepository(base: string, tree: string, protect: readon
     const rel = inTree(path);
     return rel ? linkTarget(join(tree, rel)) : null;
   };
-  const out = await git(["--git-dir", join(base, ".git"), "--work-tree", tree, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=all"]);
+  // A fresh index with no stat data: git compares every tracked file by content, never trusting
+  // a size or a time (an in-place edit of the same size at the same second is still an edit).
+  const index = join(base, ".git", "proctor-content-index");
+  let out: string;
+  try {
+    await git(["--git-dir", join(base, ".git"), "read-tree", "HEAD"], { GIT_INDEX_FILE: index });
+    out = await git(["--git-dir", join(base, ".git"), "--work-tree", tree, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=all"], { GIT_INDEX_FILE: index });
+  } finally {
+    await rm(index, { force: true });
+  }
   const changed: string[] = [];
   const deleted: string[] = [];
   const kinds = new Map<string, "added" | "modified" | "deleted">();

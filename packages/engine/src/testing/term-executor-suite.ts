@@ -12,7 +12,7 @@ import { startRun, type RunOptions } from "../run";
 import { byTask, readResultsFile, tempDir } from "./fixtures";
 import { CORRECT_AGENT, PLANTING_AGENT, writeTermExecutorArchive } from "./term-executor";
 
-const SOLVABLE = ["from-checks", "from-f2p", "repo-relative"];
+const SOLVABLE = ["from-checks", "from-f2p", "repo-relative", "py-same-size"];
 /** A Docker run of several trials can take a while on a loaded machine. */
 const TIMEOUT_MS = 240_000;
 

@@ -35,6 +35,8 @@ export const CORRECT_AGENT = `#!/bin/bash
 cd "$PROCTOR_WORKDIR"
 if [ ! -f .deps/installed ]; then echo "install did not run before the agent" >&2; exit 1; fi
 sed -i 's/\\$1 - \\$2/$1 + $2/' src/calc.sh
+# One character, in place: the same size as before, within the second the install compiled it.
+sed -i 's/a - b/a + b/' calc.py
 `;
 
 /**
@@ -64,19 +66,22 @@ export interface TermExecutorFixture {
  *   the scripts read at its repo-relative path;
  * - `from-checks`: checks.txt, one check per line;
  * - `from-f2p`: workspace.yaml fail_to_pass / pass_to_pass, install from install_config;
- * - `install-fails`: an install command that exits 7.
+ * - `install-fails`: an install command that exits 7;
+ * - `py-same-size`: a Python module whose fix keeps its size, compiled to bytecode by the install.
  * Every task's workspace.yaml carries the fixing patch, so the oracle solves it.
  */
 export async function writeTermExecutorArchive(dir: string, agentScript = CORRECT_AGENT): Promise<TermExecutorFixture> {
   const repo = join(dir, "origin");
   await put(join(repo, "src", "calc.sh"), '#!/bin/bash\n# add two numbers\necho $(( $1 - $2 ))\n');
   await put(join(repo, "README.md"), "calculator\n");
+  await put(join(repo, "calc.py"), "def add(a, b):\n    return a - b\n");
   const git = (...args: string[]) => execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main", ...args], { cwd: repo, encoding: "utf8" });
   git("init", "-q");
   git("add", ".");
   git("commit", "-qm", "calculator");
   const commit = git("rev-parse", "HEAD").trim();
   await put(join(repo, "src", "calc.sh"), '#!/bin/bash\n# add two numbers\necho $(( $1 + $2 ))\n');
+  await put(join(repo, "calc.py"), "def add(a, b):\n    return a + b\n");
   const patch = git("diff");
   git("checkout", "-q", "--", ".");
 
@@ -117,6 +122,12 @@ export async function writeTermExecutorArchive(dir: string, agentScript = CORREC
   await put(join(task("install-fails"), "workspace.yaml"), workspaceYaml({ ...base, install: ["echo cannot install the toolchain >&2; exit 7"] }));
   await put(join(task("install-fails"), "prompt.md"), "src/calc.sh subtracts; make it add.\n");
   await put(join(task("install-fails"), "checks.txt"), 'test "$(bash src/calc.sh 1 1)" = 2\n');
+
+  // Python bytecode built by the install (as `pip install -e .` or a first import leaves it): the
+  // one-character fix keeps calc.py's size, so only its content tells it apart.
+  await put(join(task("py-same-size"), "workspace.yaml"), workspaceYaml({ ...base, install: [INSTALL, "python3 -m compileall -q calc.py"] }));
+  await put(join(task("py-same-size"), "prompt.md"), "calc.py subtracts; make it add.\n");
+  await put(join(task("py-same-size"), "checks.txt"), 'python3 -c "import calc; assert calc.add(2, 3) == 5, calc.add(2, 3)"\n');
 
   await put(join(root, "agent_code", "run.sh"), agentScript, true);
   return { root, repo, commit };
