@@ -200,8 +200,6 @@ for i in $(seq 100); do python3 -c "import socket; socket.create_connection(('12
   },
 };
 
-/** Attacks the verifier's hardened environment defeats even in the agent's sandbox. */
-const HARDENED = ["user-site", "usercustomize-package", "passwd-home"];
 /** Attacks on the system (outside any output): a fresh grader never sees them. */
 const SYSTEM_ATTACKS = ["site-pytest-package", "pth-import", "user-site", "usercustomize-package", "passwd-home", "pytest11-entry-point", "iniconfig-atexit", "ld-so-preload", "nss-module", "ldconfig-cache", "ld-conf-removed", "replace-timeout"];
 
@@ -324,11 +322,6 @@ EOF`, "sh", source]);
   test.each(SYSTEM_ATTACKS)("%s in the agent's own sandbox (--grading shared): the file audit finds it (tampered, reward 0)", async (name) => {
     const results = await attack(name, ["pytest-answer"], { grading: "shared" });
     const result = results["pytest-answer"];
-    if (HARDENED.includes(name)) {
-      // The verifier's hardened environment (Proctor's HOME, no user site) never loads these.
-      expect(result, name).toMatchObject({ status: "failed", reward: 0, integrity: { grading: { mode: "shared", audited: true } } });
-      return;
-    }
     expect(result, name).toMatchObject({ status: "error", reward: 0, error: { kind: "agent" }, integrity: { grading: { mode: "shared", audited: true } } });
     expect(result?.error?.message, name).toMatch(/^tampered: \//);
   }, 600_000);
@@ -355,9 +348,14 @@ EOF`, "sh", source]);
     }
   }, 600_000);
 
-  test("a module in the workdir shadowing one pytest imports is not imported by the verifier's Python (no cwd on sys.path)", async () => {
-    const results = await attack("cwd-module-shadow", ["pytest-answer", "pytest-cwd"]);
-    for (const id of ["pytest-answer", "pytest-cwd"]) expect(results[id], id).toMatchObject({ status: "failed", reward: 0, error: null });
+  test("a new module in the workdir named like one pytest imports is refused before the tests, in the fresh grader and in the agent's own sandbox", async () => {
+    for (const grading of [undefined, "shared"] as const) {
+      const results = await attack("cwd-module-shadow", ["pytest-answer", "pytest-cwd"], grading ? { grading } : {});
+      for (const id of ["pytest-answer", "pytest-cwd"]) {
+        expect(results[id], `${id} ${grading ?? "fresh"}`).toMatchObject({ status: "error", reward: 0, error: { kind: "agent" } });
+        expect(results[id]?.error?.message).toMatch(/^tampered: \/app\/pluggy\.py \(a new module named like pluggy, which the tests' Python imports from elsewhere\)/);
+      }
+    }
   }, 600_000);
 
   test.each(["workdir-pytest-ini", "workdir-conftest"])("%s: a test-runner file in the outputs is an agent error 'tampered', reward 0", async (name) => {

@@ -2,7 +2,7 @@ import { lstat, readdir, readFile } from "node:fs/promises";
 import { join, posix } from "node:path";
 import type { CheckResult, VerifierSpec } from "@proctor/schema";
 import { CHECK_OUTPUT_BYTES, HOUSEKEEPING_MS, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
-import { HARDENED_ENV_REPO, verifierEnv } from "./hardened";
+import { HARDENED_ENV, verifierEnv } from "./hardened";
 import { outputOf } from "./launcher";
 import { adminOptions, trusted } from "./sandbox-tools";
 
@@ -106,5 +106,5 @@ export async function runChecks(attempt: SandboxAttempt, verifier: ChecksVerifie
   state.reward = checks.length > 0 && checks.every((c) => c.passed) ? 1 : 0;
 }
 
-const CHECK_WRAPPER = `${HARDENED_ENV_REPO}
+const CHECK_WRAPPER = `${HARDENED_ENV}
 exec bash --noprofile --norc -c "$1"`;

@@ -8,7 +8,8 @@ import { containerSettingsFor } from "../trial/grade-competition";
 import { statSync } from "node:fs";
 import type { TaskSpec } from "@proctor/schema";
 import { SwebenchGrading } from "@proctor/tasks";
-import { HARDENED_ENV } from "./hardened";
+import { verifierEnv } from "./hardened";
+import { shadowMessage, shadowedNames, type ModuleCandidate } from "./modules";
 import { changesRunner, diffRepository, screenStaged, stageFiles, textOf } from "./repo-diff";
 import { adminOptions, argumentChunks, trusted } from "./sandbox-tools";
 import type { GradingPlan } from "./plan";
@@ -110,26 +111,6 @@ function protectedFiles(task: TaskSpec, base: string): string[] {
   return [...out].sort();
 }
 
-/** Which of `names` the grader's own Python imports from somewhere already (the image's site or standard library). */
-async function importable(grader: Sandbox, names: readonly string[], signal: AbortSignal): Promise<Set<string>> {
-  if (names.length === 0) return new Set();
-  const script = `${HARDENED_ENV}
-command -v python3 >/dev/null 2>&1 || exit 0
-exec python3 -c 'import importlib.util, sys
-for n in sys.argv[1:]:
-    try:
-        if importlib.util.find_spec(n) is not None: print(n)
-    except Exception:
-        pass' "$@"`;
-  const found = new Set<string>();
-  for (const chunk of argumentChunks([...new Set(names)])) {
-    const result = await grader.exec(trusted(grader, script, chunk), { ...adminOptions(grader), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal });
-    if (result.exitCode !== 0) throw new GraderError(`asking the grader's Python which modules it imports failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
-    for (const name of result.stdout.split("\n").filter(Boolean)) found.add(name);
-  }
-  return found;
-}
-
 /** The grader's sandbox could not be prepared with its own trusted tools: a `verifier` error. */
 export class GraderError extends Error {
   override name = "GraderError";
@@ -160,6 +141,29 @@ export async function onOutputs<T>(what: string, work: () => Promise<T>): Promis
 /** The agent's outputs went past OUTPUTS_MAX_BYTES. */
 export class OutputsTooLargeError extends Error {
   override name = "OutputsTooLargeError";
+}
+
+/**
+ * The lines of a repository task's test command before its runner (a conda or venv activation,
+ * locale settings): the environment its Python runs in, for asking that Python what it imports.
+ */
+function testPreamble(task: TaskSpec): string {
+  const grading = SwebenchGrading.safeParse(task.extra.swebench);
+  const command = grading.success ? grading.data.testCmd : null;
+  if (!command) return "";
+  const lines = command.split("\n");
+  return lines.slice(0, -1).join("\n");
+}
+
+/**
+ * Refuses new modules in the outputs that would shadow ones the tests' Python imports from
+ * elsewhere (see modules.ts), asked of the grader before the outputs are placed (its interpreter
+ * and site dirs are the image's). Returns the tampered entries.
+ */
+export async function refuseShadowingModules(attempt: SandboxAttempt, grader: Sandbox, candidates: readonly ModuleCandidate[], outputs: readonly string[], testImports: Iterable<string>): Promise<string[]> {
+  if (candidates.length === 0) return [];
+  const shadows = await shadowedNames(attempt, grader, { candidates: candidates.map((c) => c.name), outputs, watched: testImports, env: verifierEnv(attempt.task.verifier.env) });
+  return candidates.filter((c) => shadows.has(c.name)).map(shadowMessage);
 }
 
 /**
@@ -292,9 +296,10 @@ export async function placeOutputs(attempt: SandboxAttempt, grader: Sandbox, cap
       const inRepo = (p: string) => posix.join(grader.workdir, p);
       if (diff.tampered.length > 0) return { tampered: diff.tampered.map(inRepo), flags: diff.flags, skipped: [] };
       await grader.upload(base, grader.workdir);
-      const shadows = await importable(grader, diff.topLevelModules.map((m) => m.name), signal);
+      // A repository's tests import from its root: any new top-level module found elsewhere too is refused.
+      const shadows = await shadowedNames(attempt, grader, { candidates: diff.topLevelModules.map((m) => m.name), outputs: [grader.workdir], watched: ["*"], preamble: testPreamble(task), env: verifierEnv(task.verifier.env) });
       const shadowing = diff.topLevelModules.filter((m) => shadows.has(m.name));
-      if (shadowing.length > 0) return { tampered: shadowing.map((m) => `${inRepo(m.path)} (a new module named like ${m.name}, which Python already imports from elsewhere)`), flags: diff.flags, skipped: [] };
+      if (shadowing.length > 0) return { tampered: shadowing.map((m) => shadowMessage({ path: inRepo(m.path), name: m.name })), flags: diff.flags, skipped: [] };
       const installed = await installWorkspace(graderAttempt, "grader-install.log");
       // As before the agent, a failed install is recorded (once) and the tests still run.
       if (installed !== null && !attempt.state.errors.some((e) => e.kind === "setup")) {
@@ -305,7 +310,7 @@ export async function placeOutputs(attempt: SandboxAttempt, grader: Sandbox, cap
       await removeIn(grader, [...diff.changed, ...diff.deleted].map((p) => posix.join(grader.workdir, p)), signal);
       if (diff.changed.length > 0) await grader.upload(staging, grader.workdir);
       await refreshChanged(grader, diff.changed, diff.deleted, signal);
-      return { tampered: diff.tampered.map(inRepo), flags: diff.flags, skipped: diff.skipped.map((p) => `${inRepo(p)} (bytecode is not carried)`) };
+      return { tampered: diff.tampered.map(inRepo), flags: diff.flags, skipped: diff.skipped.map(inRepo) };
     },
     { timeoutMs: CHECKOUT_MS, signal },
   );

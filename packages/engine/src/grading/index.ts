@@ -1,4 +1,5 @@
-import { posix } from "node:path";
+import { lstat } from "node:fs/promises";
+import { join, posix } from "node:path";
 import picomatch from "picomatch";
 import { AgentError } from "@proctor/agents";
 import { SandboxLostError, SandboxStartError, type FileAudit, type FileChange, type Sandbox, type SandboxProcess } from "@proctor/sandbox";
@@ -6,7 +7,8 @@ import type { GradingRecord, Integrity, TrialError } from "@proctor/schema";
 import { gradeSwebench } from "../swebench/grade";
 import { HOUSEKEEPING_MS, effectiveLimits, isolates, message, type SandboxAttempt } from "../trial/context";
 import { judgeAudit } from "./audit-policy";
-import { captureOutputs, placeOutputs, releaseOutputs, startGraderSandbox, type CapturedOutputs } from "./fresh";
+import { captureOutputs, placeOutputs, refuseShadowingModules, releaseOutputs, startGraderSandbox, type CapturedOutputs } from "./fresh";
+import { namesTestsImport, shadowedInSandbox, shadowMessage, topLevelModule, type ModuleCandidate } from "./modules";
 import { runVerifier, rewardChangedAfterRead, type RewardRead } from "./launcher";
 import { planGrading, type GradingMode, type GradingPlan } from "./plan";
 import { adminOptions, argumentChunks, asStopped, assertRunning, trusted } from "./sandbox-tools";
@@ -134,6 +136,8 @@ abstract class BaseGrading implements Grading {
 /** Fresh grading: a new sandbox from the task's image holding only the agent's outputs. */
 class FreshGrading extends BaseGrading {
   private captured: CapturedOutputs | null = null;
+  /** Modules the agent added at the top of a directory in the outputs (screened in the grader). */
+  private modules: ModuleCandidate[] = [];
   private joinNetworkOf: string | null = null;
   private grader: Sandbox | null = null;
 
@@ -160,12 +164,14 @@ class FreshGrading extends BaseGrading {
     }
     if (!this.joinNetworkOf && sandbox.halt) await sandbox.halt();
     else if (!this.joinNetworkOf && strict && sandbox.killAll) await sandbox.killAll();
-    await this.noteChangesLeftOut();
+    const changes = this.plan.repository || !sandbox.capabilities.changes || !sandbox.changes ? null : await sandbox.changes();
+    if (changes) this.noteChangesLeftOut(changes);
     this.record.joinedNetwork = this.joinNetworkOf !== null;
     // No process of the agent can reach the grader's sandbox unless it shares their network.
     this.integrity.isolation = this.joinNetworkOf ? "shared" : "isolated";
     this.captured = await captureOutputs(this.attempt, this.plan);
     if (this.captured.skipped.length > 0) this.record.skipped = this.captured.skipped.slice(0, 100).map((s) => `${s} (not a file, directory or link)`);
+    if (changes) this.modules = await addedModules(changes, this.plan.outputs, this.captured);
   }
 
   /**
@@ -173,10 +179,7 @@ class FreshGrading extends BaseGrading {
    * config in /etc): the grader does not have them, which is right for tampering and wrong for a
    * task whose tests need them; such a task declares its outputs or asks for shared grading.
    */
-  private async noteChangesLeftOut(): Promise<void> {
-    const { sandbox } = this.attempt;
-    if (this.plan.repository || !sandbox.capabilities.changes || !sandbox.changes) return;
-    const changes = await sandbox.changes().catch(() => []);
+  private noteChangesLeftOut(changes: readonly FileChange[]): void {
     const parents = new Set(changes.map((c) => posix.dirname(c.path)));
     const inside = (path: string) => this.plan.outputs.some((o) => path === o || path.startsWith(`${o.replace(/\/+$/, "")}/`));
     const left = changes.filter((c) => c.kind !== "deleted" && !parents.has(c.path) && !inside(c.path) && !SCRATCH(c.path)).map((c) => c.path).sort();
@@ -190,6 +193,14 @@ class FreshGrading extends BaseGrading {
     this.grader = await startGraderSandbox(this.attempt, this.image, this.joinNetworkOf);
     this.verifierSandbox = this.grader;
     if (this.grader.networkFilesShared) this.flag("graded on the agent's network namespace with /etc/hosts and /etc/resolv.conf as the agent left them (the Docker daemon cannot see this process's temp dir, where the grader's own copies would be)");
+    // Before the outputs come: the grader's interpreter and site dirs are still only the image's.
+    const shadows = await refuseShadowingModules(this.attempt, this.grader, this.modules, this.plan.outputs, await namesTestsImport(this.attempt.task.verifier.testsDir, testCommands(this.attempt.task)));
+    if (shadows.length > 0) {
+      await releaseOutputs(this.captured);
+      this.captured = null;
+      this.tampered(shadows);
+      return false;
+    }
     const placed = await placeOutputs(this.attempt, this.grader, this.captured);
     await releaseOutputs(this.captured);
     this.captured = null;
@@ -270,8 +281,33 @@ class SharedGrading extends BaseGrading {
       this.tampered(forbidden, " (links to what only the verifier brings, or to files the audit cannot watch)");
       return false;
     }
+    const shadows = await this.shadowingModules(sandbox);
+    if (shadows.length > 0) {
+      this.tampered(shadows);
+      return false;
+    }
     this.audit = await sandbox.auditFiles();
     return true;
+  }
+
+  /**
+   * New modules in the outputs named like ones the tests' Python imports from elsewhere (the
+   * audit allows what the harness loads from the outputs, so a shadow there is refused first).
+   */
+  private async shadowingModules(sandbox: Sandbox): Promise<string[]> {
+    const present = new Set(this.changesBefore.filter((c) => c.kind !== "deleted").map((c) => c.path));
+    const linked = new Set(this.links.map((l) => l.path));
+    const candidates: ModuleCandidate[] = [];
+    for (const change of this.changesBefore) {
+      if (change.kind !== "added" || !withinOutputs(change.path, this.plan.outputs)) continue;
+      const module = topLevelModule(change.path, linked.has(change.path));
+      if (module && !present.has(posix.join(posix.dirname(module.path), "__init__.py"))) candidates.push(module);
+    }
+    if (candidates.length === 0) return [];
+    const imports = await namesTestsImport(this.attempt.task.verifier.testsDir, testCommands(this.attempt.task));
+    const deleted = this.changesBefore.filter((c) => c.kind === "deleted").map((c) => c.path);
+    const shadows = await shadowedInSandbox(sandbox, candidates, imports, deleted);
+    return candidates.filter((c) => shadows.has(c.name)).map(shadowMessage);
   }
 
   /**
@@ -339,6 +375,7 @@ class SharedGrading extends BaseGrading {
         const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do if [ -e "$p" ]; then printf "%s\\t%s\\n" "$p" "$(readlink -f "$p")"; fi; done; exit 0', paths), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
         return new Map(result.stdout.split("\n").filter(Boolean).map((line) => line.split("\t") as [string, string]));
       },
+      sniff: (paths) => programsAmong(sandbox, paths),
     });
     this.record.audited = verdict.untrusted === null;
     if (verdict.untrusted) this.flag(verdict.untrusted);
@@ -352,6 +389,22 @@ class SharedGrading extends BaseGrading {
   }
 }
 
+/** Which of `paths` (sandbox files) hold a program by their first bytes: an ELF file or a `#!` script. */
+async function programsAmong(sandbox: Sandbox, paths: readonly string[]): Promise<Set<string>> {
+  const found = new Set<string>();
+  for (const chunk of argumentChunks(paths)) {
+    // One line per regular file: its path, a tab, its first four bytes in hex.
+    const script = 'for p in "$@"; do if [ -f "$p" ] && [ ! -L "$p" ]; then printf "%s\\t%s\\n" "$p" "$(head -c 4 -- "$p" | od -An -tx1 | tr -d " \\n")"; fi; done; exit 0';
+    const result = await sandbox.exec(trusted(sandbox, script, chunk), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
+    if (result.exitCode !== 0) throw new Error(`reading the heads of the files the verifier read failed (exit ${result.exitCode}): ${result.stderr.slice(-300)}`);
+    for (const line of result.stdout.split("\n").filter(Boolean)) {
+      const [path = "", head = ""] = line.split("\t");
+      if (head.startsWith("7f454c46") || head.startsWith("2321")) found.add(path);
+    }
+  }
+  return found;
+}
+
 /** A reward file that changed after the verifier's exec read it was rewritten by someone else. */
 export async function checkRewardUnchanged(attempt: SandboxAttempt, read: RewardRead): Promise<void> {
   const { state } = attempt;
@@ -360,4 +413,43 @@ export async function checkRewardUnchanged(attempt: SandboxAttempt, read: Reward
   state.errors.unshift({ kind: "agent", message: `tampered: ${changed.join(", ")} changed after the verifier's reward was read` });
   state.reward = 0;
   if (state.integrity) state.integrity.tampered.push(...changed);
+}
+
+/** The commands a task's tests run besides their files (checks), scanned for the modules they import. */
+function testCommands(task: SandboxAttempt["task"]): string[] {
+  const verifier = task.verifier;
+  return verifier.mode === "checks" ? verifier.checks.map((c) => c.command) : [verifier.command];
+}
+
+/** `path` relative to the output it is in, with that output; null outside every output. */
+function withinOutputs(path: string, outputs: readonly string[]): { output: string; rel: string } | null {
+  for (const output of outputs) {
+    const root = output.replace(/\/+$/, "") || "/";
+    if (path.startsWith(`${root === "/" ? "" : root}/`)) return { output, rel: path.slice(root === "/" ? 1 : root.length + 1) };
+  }
+  return null;
+}
+
+/**
+ * The modules among what the agent added to the outputs that sit at the top of a directory that
+ * is not a package (where a test command's Python may look first), read from the staged copy.
+ */
+async function addedModules(changes: readonly FileChange[], outputs: readonly string[], captured: CapturedOutputs): Promise<ModuleCandidate[]> {
+  const found: ModuleCandidate[] = [];
+  for (const change of changes) {
+    if (change.kind !== "added") continue;
+    const inside = withinOutputs(change.path, outputs);
+    const staged = inside ? captured.paths.find((p) => p.path === inside.output)?.staged : null;
+    if (!inside || !staged) continue;
+    const host = join(staged, inside.rel);
+    const info = await lstat(host).catch(() => null);
+    if (!info) continue;
+    const module = topLevelModule(change.path, info.isSymbolicLink());
+    if (!module) continue;
+    const dir = posix.dirname(module.path);
+    const parentInit = join(staged, posix.relative(inside.output, dir), "__init__.py");
+    if (dir !== inside.output.replace(/\/+$/, "") && (await lstat(parentInit).catch(() => null))) continue;
+    found.push(module);
+  }
+  return found;
 }

@@ -3,6 +3,7 @@ import { cp, lstat, mkdir, readFile, readdir, readlink, rm } from "node:fs/promi
 import { dirname, join, posix } from "node:path";
 import { promisify } from "node:util";
 import { pytestSection, PYTEST_CONFIG_FILES } from "../swebench/pytest-config";
+import { topLevelModule } from "./modules";
 
 const run = promisify(execFile);
 
@@ -16,7 +17,7 @@ export interface RepoDiff {
   tampered: string[];
   /** Why a pass of this diff is not clean (e.g. code that imports the test runner). */
   flags: string[];
-  /** Files of the agent's left out (bytecode). */
+  /** Files of the agent's left out (bytecode, a nested repository's .git), each with why. */
   skipped: string[];
   /**
    * Modules the diff adds at the top of an import path (a `.py` file or a package in a directory
@@ -126,7 +127,6 @@ async function linkTarget(host: string): Promise<string | null> {
 }
 
 const IMPORTS_RUNNER = /^\s*(?:from\s+_pytest\b|import\s+_pytest\b)/m;
-const MODULE_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 async function git(args: string[], env: Record<string, string> = {}): Promise<string> {
   const { stdout } = await run("git", ["-c", "core.fsmonitor=", "-c", "core.hooksPath=/dev/null", "-c", "core.untrackedCache=false", "-c", "core.quotePath=false", ...args], {
@@ -174,22 +174,31 @@ export async function diffRepository(base: string, tree: string, protect: readon
   const changed: string[] = [];
   const deleted: string[] = [];
   const kinds = new Map<string, "added" | "modified" | "deleted">();
+  const tampered: string[] = [];
+  const flags: string[] = [];
+  const skipped: string[] = [];
   for (const record of out.split("\0")) {
     if (record.length < 4) continue;
     const code = record.slice(0, 2);
     const path = record.slice(3).replace(/\/$/, "");
-    if (code === "??") kinds.set(path, "added");
-    else if (code.includes("D")) kinds.set(path, "deleted");
+    if (code === "??") {
+      // A directory git lists as one entry (a nested repository): every file in it is the
+      // agent's and is screened as such; its own .git (config, hooks) never comes.
+      if ((await lstat(join(tree, path)).catch(() => null))?.isDirectory()) {
+        for (const file of await filesUnder(tree, path)) {
+          if (posix.basename(file) === ".git" || file.includes("/.git/")) {
+            if (posix.basename(file) === ".git") skipped.push(`${file} (a nested repository's .git is not carried)`);
+          } else kinds.set(file, "added");
+        }
+      } else kinds.set(path, "added");
+    } else if (code.includes("D")) kinds.set(path, "deleted");
     else kinds.set(path, "modified");
   }
-  const tampered: string[] = [];
-  const flags: string[] = [];
-  const skipped: string[] = [];
   const topLevelModules: { path: string; name: string }[] = [];
   const protectedSet = new Set(protect);
   for (const [path, kind] of kinds) {
     if (kind !== "deleted" && isBytecode(path)) {
-      skipped.push(path);
+      skipped.push(`${path} (bytecode is not carried)`);
       continue;
     }
     (kind === "deleted" ? deleted : changed).push(path);
@@ -205,6 +214,9 @@ export async function diffRepository(base: string, tree: string, protect: readon
       const at = posix.join(workdir, path);
       const why = forbiddenLink(at, await readlink(join(tree, path))) ?? forbiddenPath(await resolveThrough(at, linkAt));
       if (why) tampered.push(`${path} (${why})`);
+      // A link named like a module is one (`pluggy.py -> x.py`, `pluggy -> pkg/`).
+      const module = kind === "added" ? topLevelModule(path, true) : null;
+      if (module && !(await lstat(join(tree, posix.dirname(path), "__init__.py")).catch(() => null))) topLevelModules.push(module);
       continue;
     }
     if (path.endsWith(".py") && !/(^|\/)_pytest\//.test(path)) {
@@ -219,17 +231,19 @@ export async function diffRepository(base: string, tree: string, protect: readon
   return { changed: changed.sort(), deleted: deleted.sort(), tampered: tampered.sort(), flags, skipped: skipped.sort(), topLevelModules };
 }
 
-/** `x.py` or `x/__init__.py` as a module named x (its place is the caller's to judge), else null. */
-function topLevelModule(path: string): { path: string; name: string } | null {
-  const base = posix.basename(path);
-  if (base === "__init__.py") {
-    const dir = posix.dirname(path);
-    const name = posix.basename(dir);
-    return dir !== "." && MODULE_NAME.test(name) ? { path: dir, name } : null;
+/** Every entry under `tree`/`dir` that is not a directory (files, links, others), relative to `tree`; a `.git` is listed as itself, not walked. Links are never followed. */
+async function filesUnder(tree: string, dir: string): Promise<string[]> {
+  const out: string[] = [];
+  async function walk(rel: string): Promise<void> {
+    for (const entry of await readdir(join(tree, rel), { withFileTypes: true })) {
+      const child = posix.join(rel, entry.name);
+      if (entry.name === ".git") out.push(child);
+      else if (entry.isDirectory()) await walk(child);
+      else out.push(child);
+    }
   }
-  // A source module, or an extension module (Python tries `name.<tag>.so` and `name.so` first).
-  const name = base.split(".")[0] ?? "";
-  return (base.endsWith(".py") && base === `${name}.py`) || base.endsWith(".so") ? (MODULE_NAME.test(name) ? { path, name } : null) : null;
+  await walk(dir);
+  return out;
 }
 
 /** Copies `paths` (relative; files, links or whole directories such as a nested repository, links never followed) from `tree` into `dest`, keeping their places. */

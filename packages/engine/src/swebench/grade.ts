@@ -7,7 +7,7 @@ import type { TaskSpec, TrialError, TrialResult } from "@proctor/schema";
 import { SwebenchGrading } from "@proctor/tasks";
 import { repoUrl, type RepoCache } from "../workspace";
 import { adminOptions, trusted } from "../grading/sandbox-tools";
-import { HARDENED_ENV_REPO, verifierEnv } from "../grading/hardened";
+import { HARDENED_ENV, verifierEnv } from "../grading/hardened";
 import { CHECKOUT_MS, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, message, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
 import { LOG_PARSERS, testPassed } from "./parsers";
 import { applyTestPatch, pytestTargets, TestPatchError, type TestFiles } from "./test-patch";
@@ -31,7 +31,7 @@ exit 0`;
 
 /** Runs the test command with the image's bash (no profile, no rc files), stdout+stderr between two markers. */
 const RUN_SCRIPT = `cd "$1" || exit 2
-${HARDENED_ENV_REPO}
+${HARDENED_ENV}
 printf '%s\\n' "$2"
 if [ -x /bin/bash ]; then /bin/bash --noprofile --norc -c "$4" 2>&1; else /bin/sh -c "$4" 2>&1; fi
 s=$?
