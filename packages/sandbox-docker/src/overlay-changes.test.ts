@@ -110,6 +110,24 @@ describe.skipIf(!run)("a container's changes read from its overlay layers", () =
       expect(sorted(read.changes)).toEqual(reference);
     });
 
+    it("compares by content what the daemon judges by size and time: a same-size rewrite with its time set back is a change, a copy-up that changed nothing is not", async () => {
+      const container = await containerAfter(
+        BASE,
+        [
+          // Same size, time put back: only the content differs (the daemon's diff misses it).
+          "t=$(stat -c %y /etc/debian_version) && printf '%s' \"$(cat /etc/debian_version | tr 0123456789 9876543210)\" > /tmp/v && cat /tmp/v > /etc/debian_version && echo >> /etc/debian_version && touch -d \"$t\" /etc/debian_version",
+          // Copied up (written with its own bytes), time put back: unchanged.
+          "t=$(stat -c %y /etc/host.conf) && cat /etc/host.conf > /tmp/h && cat /tmp/h > /etc/host.conf && touch -d \"$t\" /etc/host.conf",
+        ].join(" && "),
+      );
+      const read = await readOverlayChanges(await layersOf(container), reader);
+      if (!("changes" in read)) throw new Error(`the overlay reader did not answer: ${read.unavailable}`);
+      const reference = await daemonChanges(container);
+      expect(reference).not.toContain("modified /etc/debian_version");
+      expect(sorted(read.changes)).toEqual(["modified /etc", "modified /etc/debian_version", ...reference.filter((c) => c !== "modified /etc")].sort());
+      expect(sorted(read.changes)).not.toContain("modified /etc/host.conf");
+    });
+
     it("equals the daemon's diff over an image whose own layers deleted files and remade a directory", async () => {
       const sandbox = await sandboxAfter(LAYERED, "touch /bin/ls && mkdir -p /d/e && touch /d/e/f /d/g /keep/y && echo >> /d/h && rm /keep/sub/x && chmod 700 /keep && rm /d/h");
       const read = await readOverlayChanges(await layersOf(sandbox), reader);

@@ -1,4 +1,5 @@
-import { lstat, readdir } from "node:fs/promises";
+import { constants } from "node:fs";
+import { lstat, open, readdir, readlink } from "node:fs/promises";
 import { posix } from "node:path";
 import type { BigIntStats } from "node:fs";
 import type { FileChange } from "@proctor/sandbox";
@@ -11,9 +12,11 @@ import type { XattrReader } from "./xattrs";
  * serialises such walks). Walking only the container's upper dir and looking each entry up in
  * the image's layers gives the same answer in milliseconds.
  *
- * The answer must equal the daemon's, since the tamper check trusts it: the same kinds by
- * the same rules (Docker's `statDifferent`: mode, owner, rdev, and for non-directories mtime and
- * size; `security.capability`; every parent of a change listed as modified). Whatever this
+ * The answer is the daemon's, and more exact: the same kinds by the same rules (Docker's
+ * `statDifferent`: mode, owner, rdev, and for non-directories mtime and size;
+ * `security.capability`; every parent of a change listed as modified), and a file whose metadata
+ * says unchanged is compared by content (the daemon misses a same-size rewrite whose time was set
+ * back). Whatever this
  * reader does not model returns `unavailable` and the caller asks the daemon: an opaque
  * directory in the upper dir (a lower directory deleted and made again: its hidden files are
  * deletions only a full walk lists), redirect/metacopy/whiteout xattrs, a file name that is not
@@ -114,6 +117,8 @@ async function read({ upper, lowers }: OverlayLayers, reader: XattrReader): Prom
     }
     if (!old) kinds.set(rel, "added");
     else if (statDifferent(old.stats, stats) || xattr(old.layer, rel, CAPABILITY) !== xattrs.get(`${upper}${rel}`)?.get(CAPABILITY)) kinds.set(rel, "modified");
+    // Docker trusts size and time: a rewrite of the same size with its time set back is still a change.
+    else if (!(await sameContent(`${lowers[old.layer]}${rel}`, old.stats, `${upper}${rel}`, stats))) kinds.set(rel, "modified");
   }
   // Docker lists every directory above a change as modified (its own change or not).
   for (const rel of [...kinds.keys()]) {
@@ -149,6 +154,31 @@ export async function lstatOrNull(path: string): Promise<BigIntStats | null> {
     const code = (error as NodeJS.ErrnoException).code;
     if (code === "ENOENT" || code === "ENOTDIR") return null;
     throw error;
+  }
+}
+
+/**
+ * Whether a file the upper dir holds has the image's content: regular files compared byte by
+ * byte (opened without following links or blocking), links by their targets. Only reached for an
+ * entry whose mode, owner, size and time equal the image's: a copy-up that changed nothing, or
+ * one made to look so.
+ */
+async function sameContent(imagePath: string, imageStats: BigIntStats, upperPath: string, upperStats: BigIntStats): Promise<boolean> {
+  if (upperStats.isSymbolicLink() && imageStats.isSymbolicLink()) return (await readlink(imagePath)) === (await readlink(upperPath));
+  if (!upperStats.isFile() || !imageStats.isFile()) return true;
+  const flags = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+  const [a, b] = await Promise.all([open(imagePath, flags), open(upperPath, flags)]);
+  try {
+    const size = 64 * 1024;
+    const left = Buffer.alloc(size);
+    const right = Buffer.alloc(size);
+    for (;;) {
+      const [x, y] = await Promise.all([a.read(left, 0, size, null), b.read(right, 0, size, null)]);
+      if (x.bytesRead !== y.bytesRead || !left.subarray(0, x.bytesRead).equals(right.subarray(0, y.bytesRead))) return false;
+      if (x.bytesRead === 0) return true;
+    }
+  } finally {
+    await Promise.all([a.close(), b.close()]);
   }
 }
 
