@@ -31,6 +31,30 @@ export type DiffOutcome =
  * `<logDir>/<prefix>stdout.txt` / `stderr.txt`.
  */
 export async function applyDiff(ctx: AgentContext, diff: string, prefix: string): Promise<DiffOutcome> {
+  const outcome = await applyDiffOnce(ctx, diff, prefix);
+  if (outcome.applied) await dropBytecode(ctx, diff);
+  return outcome;
+}
+
+/**
+ * Python trusts a module's bytecode while the source's size and modification second match what it
+ * recorded: a same-size patch applied in the second an install compiled the module would leave the
+ * old code running. The bytecode of every module the diff touched goes (Python rebuilds it).
+ */
+async function dropBytecode(ctx: AgentContext, diff: string): Promise<void> {
+  let files: StructuredPatch[];
+  try {
+    files = parsePatch(diff);
+  } catch {
+    return;
+  }
+  const modules = [...new Set(files.flatMap((f) => [diffPath(f.oldFileName), diffPath(f.newFileName)]).filter((p): p is string => p !== null && p.endsWith(".py") && safeRelative(p)))];
+  if (modules.length === 0) return;
+  const script = 'for p in "$@"; do d=$(dirname -- "$p"); b=$(basename -- "$p" .py); rm -f -- "$d/__pycache__/$b".*.pyc "${p}c"; done; exit 0';
+  await ctx.sandbox.exec(["sh", "-c", script, "drop-bytecode", ...modules], { cwd: ctx.sandbox.workdir, timeoutMs: 30_000, signal: ctx.signal });
+}
+
+async function applyDiffOnce(ctx: AgentContext, diff: string, prefix: string): Promise<DiffOutcome> {
   const text = diff.endsWith("\n") ? diff : `${diff}\n`;
   const git = await execLogged(ctx, ["sh", "-c", GIT_APPLY, "apply"], { prefix, stdin: text });
   const stopped = { timedOut: git.timedOut, aborted: git.aborted, durationMs: git.durationMs, outputTruncated: git.outputTruncated };
