@@ -448,56 +448,6 @@ EOF`, "sh", source]);
     expect(results["apt-shared"]).toMatchObject({ status: "passed", reward: 1, integrity: { flagged: false, tampered: [], grading: { mode: "shared", audited: true } } });
   }, 600_000);
 
-  test("a Terminal-Bench-style service task (apt-installed nginx, its config read, its live access log, a test.sh that apt-installs curl) passes clean with the oracle, audited in its own sandbox", async () => {
-    const dir = await writeTasks(join(root.path, "nginx-tasks"), {
-      "nginx-logging": {
-        toml: "[agent]\ntimeout_sec = 400\n[verifier]\ntimeout_sec = 300\n[environment]\nallow_internet = true\n",
-        instruction: "Install nginx, serve 'Welcome' on port 8080 from /var/www/html with a custom log format 'bench' writing /var/log/nginx/bench-access.log, and keep it running.",
-        test: [
-          "export DEBIAN_FRONTEND=noninteractive",
-          "apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends curl >/dev/null",
-          "cat > /tmp/test_nginx.py <<'EOF'",
-          "import re, subprocess, time, urllib.request",
-          "from pathlib import Path",
-          "def test_installed():",
-          "    assert subprocess.run(['nginx', '-v']).returncode == 0",
-          "def test_config():",
-          "    site = Path('/etc/nginx/conf.d/bench.conf').read_text()",
-          "    assert re.search(r'listen\\s+8080;', site)",
-          "    assert 'log_format bench' in Path('/etc/nginx/nginx.conf').read_text() + site",
-          "def test_serves_and_logs():",
-          "    assert urllib.request.urlopen('http://127.0.0.1:8080/', timeout=5).read().strip() == b'Welcome'",
-          "    time.sleep(1)",
-          "    assert 'GET' in Path('/var/log/nginx/bench-access.log').read_text()",
-          "EOF",
-          "mkdir -p /logs/verifier",
-          "curl -fsS http://127.0.0.1:8080/ >/dev/null",
-          "if python3 -m pytest -q -p no:cacheprovider /tmp/test_nginx.py >&2; then echo 1; else echo 0; fi > /logs/verifier/reward.txt",
-        ].join("\n"),
-        solve: [
-          "export DEBIAN_FRONTEND=noninteractive",
-          "apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx >/dev/null",
-          "mkdir -p /var/www/html && echo Welcome > /var/www/html/index.html",
-          "rm -f /etc/nginx/sites-enabled/default",
-          "cat > /etc/nginx/conf.d/bench.conf <<'EOF'",
-          "log_format bench '$time_local $request_method $status';",
-          "server { listen 8080; root /var/www/html; access_log /var/log/nginx/bench-access.log bench; }",
-          "EOF",
-          "nginx -t && nginx",
-          "for i in $(seq 50); do python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/', timeout=1)\" 2>/dev/null && break; sleep 0.2; done",
-        ].join("\n"),
-      },
-    });
-    const loaded = await loadTasks([dir]);
-    const handle = run("nginx", { tasks: loaded.tasks, agent: { kind: "oracle" } });
-    await handle.done;
-    const [result] = await readResultsFile(handle.runDir);
-    expect(result?.error).toBeNull();
-    expect(result).toMatchObject({ status: "passed", reward: 1, integrity: { flagged: false, tampered: [], grading: { mode: "shared", audited: true } } });
-    expect(result?.integrity?.grading?.why).toMatch(/^the tests read \/etc\/nginx\/conf\.d\/bench\.conf, /);
-    expect(result?.integrity?.survivors.some((p) => p.command.startsWith("nginx"))).toBe(true);
-  }, 900_000);
-
   test("an agent killed by the OOM killer is an agent error that says 'out of memory'", async () => {
     const agent = await writeAgent(root.path, "hog", "python3 -c 'x = bytearray(1024 * 1024 * 1024)'; echo survived");
     const base = tasks["pytest-answer"] as TaskSpec;

@@ -344,6 +344,12 @@ export class DockerRuntime implements SandboxRuntime {
    * Which of this process's paths the daemon's host has (asked once). In a container of the
    * daemon whose temp dir is its own, the exec channel is off (said once): execs use docker exec.
    */
+  async canMount(hostPath: string): Promise<boolean> {
+    if (!isAbsolute(hostPath)) return false;
+    const paths = await this.daemonPaths().catch(() => null);
+    return paths !== null && paths.hostPathOf(hostPath) !== null;
+  }
+
   private daemonPaths(): Promise<DaemonPaths> {
     this.daemonPathsFound ??= detectDaemonPaths(this.docker).then(
       (paths) => {

@@ -397,6 +397,11 @@ export interface SandboxRuntime {
   /** Whether the runtime's backend answers now (a restarting daemon does not). */
   available?(): Promise<boolean>;
   /**
+   * Optional. Whether `create({ mounts })` can bind host directory `hostPath` into a sandbox (a
+   * Docker daemon sees only its own host's paths). A runtime without it binds nothing.
+   */
+  canMount?(hostPath: string): Promise<boolean>;
+  /**
    * Optional. Wait until every sandbox this runtime killed is fully removed (a runtime may finish
    * removals in the background after kill() resolved) and remove any sandboxes it started ahead
    * of demand. Rejects when a removal failed. Call it when a run ends or is aborted; the runtime

@@ -65,6 +65,8 @@ export const GradingRecord = z.object({
   audited: z.boolean(),
   /** Files in the agent's outputs the grading left out, with why (links, special files, bytecode...), at most 100. */
   skipped: z.array(z.string()).optional(),
+  /** "fresh" mode: the tests were bound read-only at /tests (else uploaded, and checked after they ran). */
+  testsReadOnly: z.boolean().optional(),
 });
 export type GradingRecord = z.infer<typeof GradingRecord>;
 

@@ -1,6 +1,6 @@
 import { lstat, readlink, rm } from "node:fs/promises";
 import { join, posix } from "node:path";
-import { makeOwnedTempDir, removeOrphanTempDirs, SandboxStartError, type Sandbox } from "@proctor/sandbox";
+import { makeOwnedTempDir, removeOrphanTempDirs, SANDBOX_PATHS, SandboxStartError, type Sandbox } from "@proctor/sandbox";
 import { repoUrl } from "../workspace";
 import { CHECKOUT_MS, HOUSEKEEPING_MS, SANDBOX_START_MS, effectiveLimits, message, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
 import { installWorkspace } from "../trial/workspace";
@@ -10,7 +10,9 @@ import type { TaskSpec } from "@proctor/schema";
 import { SwebenchGrading } from "@proctor/tasks";
 import { verifierEnv } from "./hardened";
 import { shadowMessage, shadowedNames, type ModuleCandidate } from "./modules";
+import picomatch from "picomatch";
 import { changesRunner, diffRepository, screenStaged, stageFiles, textOf } from "./repo-diff";
+import { findGitDirs, neutralizeGitDir } from "./git-dirs";
 import { adminOptions, argumentChunks, trusted } from "./sandbox-tools";
 import type { GradingPlan } from "./plan";
 
@@ -143,16 +145,10 @@ export class OutputsTooLargeError extends Error {
   override name = "OutputsTooLargeError";
 }
 
-/**
- * The lines of a repository task's test command before its runner (a conda or venv activation,
- * locale settings): the environment its Python runs in, for asking that Python what it imports.
- */
-function testPreamble(task: TaskSpec): string {
+/** A repository task's own test command (a SWE-bench row's, with its activation), for asking its Python what it imports. */
+function testCommand(task: TaskSpec): string | null {
   const grading = SwebenchGrading.safeParse(task.extra.swebench);
-  const command = grading.success ? grading.data.testCmd : null;
-  if (!command) return "";
-  const lines = command.split("\n");
-  return lines.slice(0, -1).join("\n");
+  return grading.success ? grading.data.testCmd : null;
 }
 
 /**
@@ -171,16 +167,21 @@ export async function refuseShadowingModules(attempt: SandboxAttempt, grader: Sa
  * task's limits, env and workdir: on the agent sandbox's network namespace when `joinNetworkOf`
  * (services the agent left running stay reachable), else the task's own network policy.
  */
-export async function startGraderSandbox(attempt: SandboxAttempt, image: string, joinNetworkOf: string | null): Promise<Sandbox> {
+export async function startGraderSandbox(attempt: SandboxAttempt, image: string, joinNetworkOf: string | null): Promise<{ sandbox: Sandbox; testsMounted: boolean }> {
   const { task, env, signal, budgets, trialId } = attempt;
+  // The tests bound read-only at /tests where the runtime can: a program of the agent's that the
+  // tests run (as root) cannot plant a conftest.py there or rewrite test.sh while bash reads it.
+  const testsDir = task.verifier.mode === "reward-file" ? task.verifier.testsDir : null;
+  const testsMounted = testsDir !== null && (await env.runtime.canMount?.(testsDir).catch(() => false)) === true;
   const spec = task.environment;
   const limits = effectiveLimits(task, env.limits);
   const container = containerSettingsFor(task, env.container);
   const lifetimeMs = budgets.verifierMs + budgets.checksMs + (task.workspace ? CHECKOUT_MS + budgets.installMs : 0) + SANDBOX_START_MS + 2 * HOUSEKEEPING_MS;
   const startBound = AbortSignal.timeout(SANDBOX_START_MS);
-  return env.runtime
+  const sandbox = await env.runtime
     .create({
       image,
+      ...(testsMounted && testsDir ? { mounts: [{ hostPath: testsDir, sandboxPath: SANDBOX_PATHS.tests, readOnly: true }] } : {}),
       ...(limits.cpus !== undefined ? { cpus: limits.cpus } : {}),
       ...(limits.memoryMb !== undefined ? { memoryMb: limits.memoryMb } : {}),
       ...(limits.pidsLimit !== undefined ? { pidsLimit: limits.pidsLimit } : {}),
@@ -198,10 +199,68 @@ export async function startGraderSandbox(attempt: SandboxAttempt, image: string,
       if (startBound.aborted && !signal.aborted) throw new SandboxStartError(`the grader's sandbox did not start within ${SANDBOX_START_MS / 1000} s`, { cause: error });
       throw error;
     });
+  return { sandbox, testsMounted };
 }
 
 /** `path` (absolute) relative to the sandbox's root, for a script run with cwd "/" (which every runtime maps). */
 const fromRoot = (path: string) => `./${path.replace(/^\/+/, "")}`;
+
+/**
+ * Finds the toolchains the image keeps inside the outputs (a virtual environment, a conda env, a
+ * site-packages or node_modules directory) and, when there are none, removes the outputs from the
+ * grader, in one exec. Such a toolchain is what the tests may run (`/app/.venv/bin/pytest`):
+ * copying the agent's workdir over it would grade with the agent's runner, so it stays the
+ * image's (a task that wants the agent's version lists it in `[verifier] allow_changes`).
+ * Returns the toolchains' roots; with any, nothing was removed (see removeAround).
+ */
+async function clearOutputs(grader: Sandbox, outputs: readonly string[], signal: AbortSignal): Promise<string[]> {
+  return findToolchains(grader, outputs, signal, `[ -n "$found" ] && exit 0
+for p in "$@"; do rm -rf -- "$p" || exit 1; done`);
+}
+
+/**
+ * The toolchains inside `paths` in `sandbox` (the roots of virtual environments and conda envs,
+ * site-packages, dist-packages and node_modules directories; the outermost of nested ones), found
+ * with its trusted tools; `then` runs after in the same exec ($found is set when there are some).
+ */
+export async function findToolchains(sandbox: Sandbox, paths: readonly string[], signal: AbortSignal, then = ""): Promise<string[]> {
+  const script = `found=
+for p in "$@"; do
+  if [ -d "$p" ] && [ ! -L "$p" ]; then
+    r=$(find "$p" -xdev \\( -name pyvenv.cfg -o -name conda-meta -o -name site-packages -o -name dist-packages -o -name node_modules \\) -print -prune) || exit 1
+    [ -n "$r" ] && { printf '%s\n' "$r"; found=1; }
+  fi
+done
+${then || "exit 0"}`;
+  const roots = new Set<string>();
+  for (const chunk of argumentChunks(paths.map(fromRoot))) {
+    const result = await sandbox.exec(trusted(sandbox, script, chunk), { ...adminOptions(sandbox), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal });
+    throwIfAborted(signal);
+    if (result.exitCode !== 0) throw new GraderError(`looking for toolchains in ${chunk.slice(0, 3).join(", ")} failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
+    for (const line of result.stdout.split("\n").filter(Boolean)) {
+      const path = `/${line.replace(/^\.\//, "")}`;
+      roots.add(/\/(pyvenv\.cfg|conda-meta)$/.test(path) ? posix.dirname(path) : path);
+    }
+  }
+  // The outermost of nested ones (a venv's own site-packages is the venv's).
+  const sorted = [...roots].sort();
+  return sorted.filter((root) => !sorted.some((other) => other !== root && root.startsWith(`${other}/`)));
+}
+
+/** Removes everything under `outputs` in the grader but the `kept` toolchains (and the directories above them). */
+async function removeAround(grader: Sandbox, outputs: readonly string[], kept: readonly string[], signal: AbortSignal): Promise<void> {
+  // find's -path takes a pattern: the roots' own characters are escaped.
+  const pattern = (p: string) => fromRoot(p).replace(/[*?[\]\\]/g, "\\$&");
+  const prune = kept.flatMap((root, i) => [...(i > 0 ? ["-o"] : []), "-path", pattern(root)]);
+  for (const output of outputs) {
+    const result = await grader.exec(
+      trusted(grader, 'p="$1"; shift; [ -e "$p" ] || [ -L "$p" ] || exit 0; if [ ! -d "$p" ] || [ -L "$p" ]; then rm -f -- "$p"; exit $?; fi; find "$p" -mindepth 1 -xdev \\( "$@" \\) -prune -o ! -type d -exec rm -f -- {} + || exit 1; find "$p" -mindepth 1 -xdev \\( "$@" \\) -prune -o -type d -print | sort -r | while IFS= read -r d; do rmdir -- "$d" 2>/dev/null; done; exit 0', [fromRoot(output), ...prune]),
+      { ...adminOptions(grader), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal },
+    );
+    throwIfAborted(signal);
+    if (result.exitCode !== 0) throw new GraderError(`clearing ${output} around the image's toolchains in the grader's sandbox failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
+  }
+}
 
 /** Removes `paths` (absolute sandbox paths) in the grader with its trusted shell. */
 async function removeIn(grader: Sandbox, paths: readonly string[], signal: AbortSignal): Promise<void> {
@@ -256,6 +315,12 @@ export interface PlacedOutputs {
   flags: string[];
   /** What was left out (bytecode). */
   skipped: string[];
+  /** Links among the outputs (sandbox paths), for the grader's kernel to follow. */
+  links: string[];
+  /** The image's toolchains inside the outputs, kept as the image has them. */
+  kept: string[];
+  /** Git directories made inert: each with what was dropped. */
+  notes: string[];
 }
 
 /**
@@ -269,19 +334,31 @@ export interface PlacedOutputs {
 export async function placeOutputs(attempt: SandboxAttempt, grader: Sandbox, captured: CapturedOutputs): Promise<PlacedOutputs> {
   const { task, env, signal } = attempt;
   if (!captured.repository) {
-    const placed: PlacedOutputs = { tampered: [], flags: [], skipped: [] };
+    const placed: PlacedOutputs = { tampered: [], flags: [], skipped: [], links: [], kept: [], notes: [] };
+    const outputs = captured.paths.map((p) => p.path);
+    // The image's toolchains inside the outputs stay the image's (see clearOutputs).
+    const allowed = picomatch([...task.verifier.allowChanges], { dot: true });
+    const kept = (await clearOutputs(grader, outputs, signal)).filter((root) => !allowed(root) && !allowed(`${root}/`));
+    placed.kept = kept;
+    const inKept = (path: string) => kept.some((root) => path === root || path.startsWith(`${root}/`));
     for (const { path, staged } of captured.paths) {
       if (!staged) continue;
-      for (const runner of await onOutputs(`reading ${path}`, () => screenStaged(staged, path, placed.skipped, placed.tampered))) {
+      for (const root of kept) {
+        if (root === path || root.startsWith(`${path}/`)) await rm(join(staged, posix.relative(path, root)), { recursive: true, force: true });
+      }
+      for (const runner of await onOutputs(`reading ${path}`, () => screenStaged(staged, path, placed.skipped, placed.tampered, placed.links))) {
+        if (inKept(runner.path)) continue;
         const before = await grader.readFile(runner.path, { maxBytes: 4 * 1024 * 1024 }).then((b) => b?.toString("utf8") ?? null, () => "\0unreadable");
         if (changesRunner(runner.path, before, await onOutputs(`reading ${runner.path}`, () => textOf(runner.host)))) placed.tampered.push(`${runner.path} (changes how the tests run)`);
       }
+      for (const gitDir of await onOutputs(`reading ${path}`, () => findGitDirs(staged))) {
+        const changed = await onOutputs(`reading ${path}`, () => neutralizeGitDir(gitDir));
+        if (changed.length > 0) placed.notes.push(`${posix.join(path, posix.relative(staged, gitDir))}: ${changed.slice(0, 5).join(", ")}${changed.length > 5 ? ", ..." : ""}`);
+      }
     }
     if (placed.tampered.length > 0) return placed;
-    for (const { path, staged } of captured.paths) {
-      await removeIn(grader, [path], signal);
-      if (staged) await placeStaged(grader, staged, path, signal);
-    }
+    if (kept.length > 0) await removeAround(grader, outputs, kept, signal);
+    for (const { path, staged } of captured.paths) if (staged) await placeStaged(grader, staged, path, signal);
     return placed;
   }
   const ws = task.workspace;
@@ -294,12 +371,13 @@ export async function placeOutputs(attempt: SandboxAttempt, grader: Sandbox, cap
     async (base) => {
       const diff = await onOutputs("comparing the repository with its base commit", () => diffRepository(base, tree, protectedFiles(task, base), grader.workdir));
       const inRepo = (p: string) => posix.join(grader.workdir, p);
-      if (diff.tampered.length > 0) return { tampered: diff.tampered.map(inRepo), flags: diff.flags, skipped: [] };
+      const none = { skipped: [], links: [], kept: [], notes: [] };
+      if (diff.tampered.length > 0) return { ...none, tampered: diff.tampered.map(inRepo), flags: diff.flags };
       await grader.upload(base, grader.workdir);
       // A repository's tests import from its root: any new top-level module found elsewhere too is refused.
-      const shadows = await shadowedNames(attempt, grader, { candidates: diff.topLevelModules.map((m) => m.name), outputs: [grader.workdir], watched: ["*"], preamble: testPreamble(task), env: verifierEnv(task.verifier.env) });
+      const shadows = await shadowedNames(attempt, grader, { candidates: diff.topLevelModules.map((m) => m.name), outputs: [grader.workdir], watched: ["*"], command: testCommand(task), env: verifierEnv(task.verifier.env) });
       const shadowing = diff.topLevelModules.filter((m) => shadows.has(m.name));
-      if (shadowing.length > 0) return { tampered: shadowing.map((m) => shadowMessage({ path: inRepo(m.path), name: m.name })), flags: diff.flags, skipped: [] };
+      if (shadowing.length > 0) return { ...none, tampered: shadowing.map((m) => shadowMessage({ path: inRepo(m.path), name: m.name })), flags: diff.flags };
       const installed = await installWorkspace(graderAttempt, "grader-install.log");
       // As before the agent, a failed install is recorded (once) and the tests still run.
       if (installed !== null && !attempt.state.errors.some((e) => e.kind === "setup")) {
@@ -307,10 +385,15 @@ export async function placeOutputs(attempt: SandboxAttempt, grader: Sandbox, cap
       }
       const staging = join(captured.dir, "diff");
       await onOutputs("copying the repository's changed files", () => stageFiles(tree, diff.changed, staging));
+      const notes: string[] = [];
+      for (const gitDir of await onOutputs("reading the repository's changed files", () => findGitDirs(staging))) {
+        const changed = await onOutputs("reading the repository's changed files", () => neutralizeGitDir(gitDir));
+        if (changed.length > 0) notes.push(`${inRepo(posix.relative(staging, gitDir))}: ${changed.slice(0, 5).join(", ")}${changed.length > 5 ? ", ..." : ""}`);
+      }
       await removeIn(grader, [...diff.changed, ...diff.deleted].map((p) => posix.join(grader.workdir, p)), signal);
       if (diff.changed.length > 0) await grader.upload(staging, grader.workdir);
       await refreshChanged(grader, diff.changed, diff.deleted, signal);
-      return { tampered: diff.tampered.map(inRepo), flags: diff.flags, skipped: diff.skipped.map(inRepo) };
+      return { ...none, tampered: diff.tampered.map(inRepo), flags: diff.flags, skipped: diff.skipped.map(inRepo), links: diff.links.map(inRepo), notes };
     },
     { timeoutMs: CHECKOUT_MS, signal },
   );

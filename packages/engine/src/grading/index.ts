@@ -7,12 +7,14 @@ import type { GradingRecord, Integrity, TrialError } from "@proctor/schema";
 import { gradeSwebench } from "../swebench/grade";
 import { HOUSEKEEPING_MS, effectiveLimits, isolates, message, type SandboxAttempt } from "../trial/context";
 import { judgeAudit } from "./audit-policy";
-import { captureOutputs, placeOutputs, refuseShadowingModules, releaseOutputs, startGraderSandbox, type CapturedOutputs } from "./fresh";
+import { captureOutputs, findToolchains, placeOutputs, refuseShadowingModules, releaseOutputs, startGraderSandbox, type CapturedOutputs } from "./fresh";
 import { namesTestsImport, shadowedInSandbox, shadowMessage, topLevelModule, type ModuleCandidate } from "./modules";
 import { runVerifier, rewardChangedAfterRead, type RewardRead } from "./launcher";
 import { planGrading, type GradingMode, type GradingPlan } from "./plan";
 import { adminOptions, argumentChunks, asStopped, assertRunning, trusted } from "./sandbox-tools";
-import { forbiddenLink, forbiddenPath, resolveThrough, SHARED_FORBIDDEN_TARGETS } from "./repo-diff";
+import { FORBIDDEN_TARGETS, forbiddenLink, forbiddenPath, resolveThrough, SHARED_FORBIDDEN_TARGETS } from "./repo-diff";
+import { linksInto, sandboxLinks } from "./links";
+import { portsTestsServe } from "./ports";
 
 /** Places every agent writes to that no test looks at: not worth a note when left out. */
 const SCRATCH = picomatch(["/tmp/**", "/var/tmp/**", "/root/.cache/**", "/root/.npm/**", "/var/cache/**", "/var/lib/apt/**", "/var/lib/dpkg/**", "/var/log/**", "/logs/**", "/agent/**", "/solution/**", "/tests/**", "/.proctor-channel", "/.proctor-channel/**", "/opt/proctor/**", "/.proctor", "/.proctor/**", "/usr/sbin/docker-init", "/run/**", "/proc/**", "/dev/**", "/etc/ld.so.cache"], { dot: true });
@@ -125,11 +127,25 @@ abstract class BaseGrading implements Grading {
     state.errors = state.errors.map((e): TrialError => (e.kind === "verifier" ? { kind: "agent", message: `${e.message} (with ${this.integrity.survivors.length} agent process(es) alive during verification)` } : e));
   }
 
-  /** Runs the task's tests in `sandbox` (the grader's, or the agent's own). */
-  protected async runTests(sandbox: Sandbox): Promise<void> {
+  /**
+   * Flags a pass when an agent process still listens on a port the tests serve on themselves: it
+   * may have answered in their place (see portsTestsServe). Every survivor's ports are in the result.
+   */
+  protected async flagSquatters(): Promise<void> {
+    const listening = this.integrity.survivors.filter((p) => p.ports.length > 0);
+    if (listening.length === 0) return;
+    const { verifier } = this.attempt.task;
+    const served = await portsTestsServe(verifier.testsDir, verifier.mode === "checks" ? verifier.checks.map((c) => c.command).join("\n") : verifier.command);
+    for (const p of listening) {
+      for (const port of p.ports.filter((port) => served.has(port))) this.flag(`an agent process (pid ${p.pid}: ${p.command.slice(0, 80)}) listens on port ${port}, where the tests serve on their own: it may have answered in their place`);
+    }
+  }
+
+  /** Runs the task's tests in `sandbox` (the grader's, or the agent's own; `testsMounted`: /tests is bound read-only there). */
+  protected async runTests(sandbox: Sandbox, testsMounted = false): Promise<void> {
     const target: SandboxAttempt = { ...this.attempt, sandbox };
     if (this.attempt.task.format === "swebench") await gradeSwebench(target);
-    else this.rewardRead = await runVerifier(target);
+    else this.rewardRead = await runVerifier(target, { testsMounted });
   }
 }
 
@@ -138,6 +154,10 @@ class FreshGrading extends BaseGrading {
   private captured: CapturedOutputs | null = null;
   /** Modules the agent added at the top of a directory in the outputs (screened in the grader). */
   private modules: ModuleCandidate[] = [];
+  /** What the agent changed against the image (null for repositories, or a runtime that cannot tell). */
+  private changes: FileChange[] | null = null;
+  /** The grader has the tests bound read-only at /tests (nothing to upload). */
+  private testsMounted = false;
   private joinNetworkOf: string | null = null;
   private grader: Sandbox | null = null;
 
@@ -165,6 +185,7 @@ class FreshGrading extends BaseGrading {
     if (!this.joinNetworkOf && sandbox.halt) await sandbox.halt();
     else if (!this.joinNetworkOf && strict && sandbox.killAll) await sandbox.killAll();
     const changes = this.plan.repository || !sandbox.capabilities.changes || !sandbox.changes ? null : await sandbox.changes();
+    this.changes = changes;
     if (changes) this.noteChangesLeftOut(changes);
     this.record.joinedNetwork = this.joinNetworkOf !== null;
     // No process of the agent can reach the grader's sandbox unless it shares their network.
@@ -190,7 +211,10 @@ class FreshGrading extends BaseGrading {
 
   async prepare(): Promise<boolean> {
     if (!this.captured) throw new Error("prepare() before outputs()");
-    this.grader = await startGraderSandbox(this.attempt, this.image, this.joinNetworkOf);
+    const started = await startGraderSandbox(this.attempt, this.image, this.joinNetworkOf);
+    this.grader = started.sandbox;
+    this.testsMounted = started.testsMounted;
+    this.record.testsReadOnly = started.testsMounted;
     this.verifierSandbox = this.grader;
     if (this.grader.networkFilesShared) this.flag("graded on the agent's network namespace with /etc/hosts and /etc/resolv.conf as the agent left them (the Docker daemon cannot see this process's temp dir, where the grader's own copies would be)");
     // Before the outputs come: the grader's interpreter and site dirs are still only the image's.
@@ -210,13 +234,23 @@ class FreshGrading extends BaseGrading {
       this.tampered(placed.tampered, " (the agent's outputs change how the tests run)");
       return false;
     }
+    // Followed as the grader's kernel will: through the image's own links too (/var/run -> /run).
+    const into = await linksInto(this.grader, placed.links, FORBIDDEN_TARGETS, this.attempt.signal);
+    if (into.length > 0) {
+      this.tampered(into, " (links to what only the verifier brings)");
+      return false;
+    }
+    if (placed.notes.length > 0) this.note(`repository configuration that runs programs and hooks are not carried to the grader (its git runs none of the agent's programs): ${placed.notes.join("; ")}`);
+    const left = placed.kept.filter((root) => this.changes?.some((c) => c.path === root || c.path.startsWith(`${root}/`)));
+    if (left.length > 0) this.note(`graded with the image's ${left.join(", ")}: the agent's changes there are not carried (the tests may run that toolchain); list them in [verifier] allow_changes if the task asks for them`);
     return true;
   }
 
   async verify(): Promise<void> {
     if (!this.grader) throw new Error("verify() before prepare()");
-    await this.runTests(this.grader);
+    await this.runTests(this.grader, this.testsMounted);
     this.blameSurvivors();
+    if (this.joinNetworkOf) await this.flagSquatters();
   }
 
   async dispose(): Promise<void> {
@@ -231,6 +265,8 @@ class FreshGrading extends BaseGrading {
 /** Shared grading: the verifier runs in the agent's own sandbox, its file accesses audited from the host. */
 class SharedGrading extends BaseGrading {
   private audit: FileAudit | null = null;
+  /** Toolchains of the image inside the outputs: what the agent changed there is judged as outside them. */
+  private toolchains: string[] = [];
   private changesBefore: FileChange[] = [];
   private links: { path: string; target: string; resolved: string }[] = [];
 
@@ -272,8 +308,12 @@ class SharedGrading extends BaseGrading {
     const targets = new Map(this.links.map((l) => [l.path, l.target]));
     const forbidden: string[] = [];
     for (const l of this.links) {
-      // As written, and followed through the agent's other links (a link to "/" then "x/tests/...").
-      const why = forbiddenLink(l.path, l.target, SHARED_FORBIDDEN_TARGETS) ?? forbiddenPath(await resolveThrough(l.path, async (p) => targets.get(p) ?? null), SHARED_FORBIDDEN_TARGETS);
+      // As written, followed through the agent's other links (a link to "/" then "x/tests/..."),
+      // and as the kernel follows it (through the image's links too).
+      const why =
+        forbiddenLink(l.path, l.target, SHARED_FORBIDDEN_TARGETS) ??
+        forbiddenPath(await resolveThrough(l.path, async (p) => targets.get(p) ?? null), SHARED_FORBIDDEN_TARGETS) ??
+        forbiddenPath(l.resolved, SHARED_FORBIDDEN_TARGETS);
       if (why) forbidden.push(`${l.path} (${why})`);
     }
     forbidden.push(...(await this.binaryNetworkFiles(sandbox)));
@@ -286,6 +326,9 @@ class SharedGrading extends BaseGrading {
       this.tampered(shadows);
       return false;
     }
+    // The image's toolchains inside the outputs (a venv in /app) are the harness's, not outputs.
+    const added = new Set(this.changesBefore.filter((c) => c.kind === "added").map((c) => c.path));
+    this.toolchains = (await findToolchains(sandbox, this.plan.outputs, this.attempt.signal)).filter((root) => !added.has(root));
     this.audit = await sandbox.auditFiles();
     return true;
   }
@@ -327,18 +370,19 @@ class SharedGrading extends BaseGrading {
    * it resolves to, read with the sandbox's trusted tools before the tests run.
    */
   private async agentLinks(sandbox: Sandbox, changes: readonly FileChange[]): Promise<{ path: string; target: string; resolved: string }[]> {
+    const { linkAt, prefetch } = sandboxLinks(sandbox, this.attempt.signal);
+    // Which of the agent's paths are links, in as few execs as the paths need.
     const paths = changes.filter((c) => c.kind !== "deleted").map((c) => c.path);
-    const found: { path: string; target: string; resolved: string }[] = [];
-    for (const chunk of argumentChunks(paths)) {
-      // One line per link: its path, its target as written, what it resolves to (tab-separated).
-      const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do if [ -L "$p" ]; then printf "%s\t%s\t%s\n" "$p" "$(readlink "$p")" "$(readlink -f "$p")"; fi; done; exit 0', chunk), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
-      if (result.exitCode !== 0) throw new Error(`listing the agent's links failed (exit ${result.exitCode}): ${result.stderr.slice(-300)}`);
-      for (const line of result.stdout.split("\n").filter(Boolean)) {
-        const [path = "", target = "", resolved = ""] = line.split("\t");
-        found.push({ path, target, resolved: resolved || posix.resolve(posix.dirname(path), target) });
-      }
+    await prefetch(paths);
+    const links: { path: string; target: string }[] = [];
+    for (const path of paths) {
+      const target = await linkAt(path);
+      if (target !== null) links.push({ path, target });
     }
-    return found;
+    // As the kernel will follow them, through the image's links as well as the agent's (all at
+    // once, so their questions share execs); a name that does not exist yet (/tests before the
+    // tests come) is followed by name.
+    return Promise.all(links.map(async ({ path, target }) => ({ path, target, resolved: (await resolveThrough(path, linkAt, prefetch)) ?? posix.resolve(posix.dirname(path), target) })));
   }
 
   async verify(): Promise<void> {
@@ -357,6 +401,7 @@ class SharedGrading extends BaseGrading {
       }
     }
     this.blameSurvivors();
+    await this.flagSquatters();
   }
 
   /** Applies the audit policy (audit-policy.ts) to what the verifier's processes loaded. */
@@ -369,6 +414,7 @@ class SharedGrading extends BaseGrading {
       changes: this.changesBefore,
       links: this.links,
       outputs: this.plan.outputs,
+      toolchains: this.toolchains,
       allowed,
       resolve: async (paths) => {
         // One line per path: the path, a tab, what it resolves to (nothing for a missing one).
@@ -376,6 +422,7 @@ class SharedGrading extends BaseGrading {
         return new Map(result.stdout.split("\n").filter(Boolean).map((line) => line.split("\t") as [string, string]));
       },
       sniff: (paths) => programsAmong(sandbox, paths),
+      declaresPlugins: (paths) => declaringPlugins(sandbox, paths),
     });
     this.record.audited = verdict.untrusted === null;
     if (verdict.untrusted) this.flag(verdict.untrusted);
@@ -387,6 +434,17 @@ class SharedGrading extends BaseGrading {
     this.audit = null;
     await audit?.stop().catch(() => undefined);
   }
+}
+
+/** Which of `paths` (entry_points.txt files in the sandbox) declare pytest plugins (a [pytest11] group). */
+async function declaringPlugins(sandbox: Sandbox, paths: readonly string[]): Promise<Set<string>> {
+  const found = new Set<string>();
+  for (const chunk of argumentChunks(paths)) {
+    const result = await sandbox.exec(trusted(sandbox, 'for p in "$@"; do if [ -f "$p" ] && grep -qiE "^[[:space:]]*\\[[[:space:]]*pytest11[[:space:]]*\\]" "$p"; then printf "%s\\n" "$p"; fi; done; exit 0', chunk), { ...adminOptions(sandbox), timeoutMs: HOUSEKEEPING_MS });
+    if (result.exitCode !== 0) throw new Error(`reading the entry points the verifier loaded failed (exit ${result.exitCode}): ${result.stderr.slice(-300)}`);
+    for (const line of result.stdout.split("\n").filter(Boolean)) found.add(line);
+  }
+  return found;
 }
 
 /** Which of `paths` (sandbox files) hold a program by their first bytes: an ELF file or a `#!` script. */

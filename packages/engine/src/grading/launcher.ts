@@ -1,5 +1,5 @@
-import { randomUUID } from "node:crypto";
-import { mkdir, writeFile } from "node:fs/promises";
+import { createHash, randomUUID } from "node:crypto";
+import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { packDirectory } from "@proctor/archive";
 import { parseReward } from "@proctor/reward";
@@ -18,6 +18,8 @@ export interface RewardRead {
   json: RewardFile;
   txt: RewardFile;
   exitCode: number;
+  /** The tests' files after they ran (path relative to /tests -> sha256, or "other"), when asked for. */
+  tests: Map<string, string[]> | null;
 }
 /** `stamp` is the file's inode and change time (ns): any write after the read changes it. */
 type RewardFile = { state: "none" } | { state: "file"; data: Buffer; stamp: string } | { state: "link" | "other" };
@@ -59,13 +61,15 @@ async function prepareDirs(attempt: SandboxAttempt, testsDir: boolean): Promise<
 }
 
 /**
- * The verifier's launcher, run by the trusted shell with ($1 marker, $2 command, $3 "tests" when
- * the tests come as a tar on stdin): in a sandbox with trusted tools it first empties
- * /logs/verifier and /tests and unpacks the tests (one exec instead of three: each exec costs the
- * runtime a process start). Then the task's command under the image's own /bin/sh (no login
- * shell, no rc files, no stdin), then, in the same exec, the reward files as they are the moment
- * the tests exit, after a marker line only Proctor knows. Exit 97/98 without the marker: the
- * directories could not be emptied / the tests not unpacked (the reason is on stderr).
+ * The verifier's launcher, run by the trusted shell with ($1 marker, $2 command, $3 what to
+ * prepare: "tests" when the tests come as a tar on stdin, "logs" when they are already bound
+ * read-only at /tests, "-" for neither; $4 "hash" to report the tests' files after the run): in a
+ * sandbox with trusted tools it first empties /logs/verifier (and /tests) and unpacks the tests
+ * (one exec instead of three: each exec costs the runtime a process start). Then the task's
+ * command under the image's own /bin/sh (no login shell, no rc files, no stdin), then, in the same
+ * exec, the reward files as they are the moment the tests exit, after a marker line only Proctor
+ * knows, and the tests' files as they are then. Exit 97/98 without the marker: the directories
+ * could not be emptied / the tests not unpacked (the reason is on stderr).
  */
 const REWARD_WRAPPER = `
 marker="$1"; cmd="$2"
@@ -74,6 +78,8 @@ ${HARDENED_ENV}
 if [ "$3" = tests ]; then
   rm -rf "$v" "$t" && mkdir -p "$v" "$t" && chmod 777 "$v" && [ -d "$v" ] && [ ! -L "$v" ] && [ -z "$(ls -A "$v")" ] || { echo "proctor: could not empty $v and $t" >&2; exit 97; }
   tar -x -f - -C "$t" || { echo "proctor: unpacking the tests into $t failed" >&2; exit 98; }
+elif [ "$3" = logs ]; then
+  rm -rf "$v" && mkdir -p "$v" && chmod 777 "$v" && [ -d "$v" ] && [ ! -L "$v" ] && [ -z "$(ls -A "$v")" ] || { echo "proctor: could not empty $v" >&2; exit 97; }
 fi
 /bin/sh -c "$cmd" </dev/null
 status=$?
@@ -86,6 +92,11 @@ for n in reward.json reward.txt; do
   else echo "$n none"; fi
 done
 echo "status $status"
+if [ "$4" = hash ]; then
+  cd "$t" 2>/dev/null && find . -xdev ! -type d ! -path '*/__pycache__/*' ! -path './.pytest_cache/*' 2>/dev/null | head -n 20000 | while IFS= read -r f; do
+    if [ -f "$f" ] && [ ! -L "$f" ]; then printf 'test %s %s\\n' "$(sha256sum < "$f" | cut -c1-64)" "$f"; else printf 'test other %s\\n' "$f"; fi
+  done
+fi
 `;
 
 /** Splits the wrapper's stdout into the tests' output (streamed on) and Proctor's trailer after the marker. */
@@ -130,7 +141,7 @@ class TrailerSplitter {
   }
 }
 
-function parseTrailer(trailer: string): RewardRead | null {
+function parseTrailer(trailer: string, hashed: boolean): RewardRead | null {
   const lines = trailer.split("\n").map((l) => l.trim());
   const file = (name: string): RewardFile | null => {
     const line = lines.find((l) => l.startsWith(`${name} `));
@@ -145,7 +156,15 @@ function parseTrailer(trailer: string): RewardRead | null {
   const txt = file("reward.txt");
   const status = lines.find((l) => l.startsWith("status "));
   if (!json || !txt || !status) return null;
-  return { json, txt, exitCode: Number(status.slice("status ".length)) };
+  let tests: Map<string, string[]> | null = null;
+  if (hashed) {
+    tests = new Map();
+    for (const line of trailer.split("\n")) {
+      const match = /^test (\S+) \.\/(.*)$/.exec(line);
+      if (match) tests.set(match[2] as string, [...(tests.get(match[2] as string) ?? []), match[1] as string]);
+    }
+  }
+  return { json, txt, exitCode: Number(status.slice("status ".length)), tests };
 }
 
 /**
@@ -154,8 +173,9 @@ function parseTrailer(trailer: string): RewardRead | null {
  * checks see runChecks (term-executor semantics: tests/ files in the repo root).
  * Returns the reward read, or null (checks mode, or an error was recorded).
  */
-export async function runVerifier(attempt: SandboxAttempt): Promise<RewardRead | null> {
+export async function runVerifier(attempt: SandboxAttempt, options: { testsMounted?: boolean } = {}): Promise<RewardRead | null> {
   const { task, sandbox, signal, state, trialDir } = attempt;
+  const testsMounted = options.testsMounted === true;
   const verifier = task.verifier;
   if (verifier.mode === "checks" && verifier.checks.length === 0) {
     state.errors.push({ kind: "verifier", message: `task ${task.id} has no checks: nothing would be verified, so it cannot pass` });
@@ -165,12 +185,16 @@ export async function runVerifier(attempt: SandboxAttempt): Promise<RewardRead |
     if (await prepareDirs(attempt, false)) await runChecks(attempt, verifier);
     return null;
   }
-  // With trusted tools the launcher empties the directories and unpacks the tests itself.
-  const tests = sandbox.capabilities.trustedTools && verifier.testsDir ? await packTests(verifier.testsDir) : null;
-  if (tests === null) {
-    if (!(await prepareDirs(attempt, true))) return null;
-    if (verifier.testsDir) await sandbox.upload(verifier.testsDir, SANDBOX_PATHS.tests);
+  // With trusted tools the launcher empties the directories and unpacks the tests itself; tests
+  // bound read-only at /tests (a fresh grader's) are left alone.
+  const tests = !testsMounted && sandbox.capabilities.trustedTools && verifier.testsDir ? await packTests(verifier.testsDir) : null;
+  if (tests === null && !(testsMounted && sandbox.capabilities.trustedTools)) {
+    if (!(await prepareDirs(attempt, !testsMounted))) return null;
+    if (verifier.testsDir && !testsMounted) await sandbox.upload(verifier.testsDir, SANDBOX_PATHS.tests);
   }
+  const prepare = tests ? "tests" : testsMounted && sandbox.capabilities.trustedTools ? "logs" : "-";
+  // Tests the agent's programs could write while they run are compared with the task's after.
+  const hashed = !testsMounted && verifier.testsDir !== null && sandbox.capabilities.trustedTools;
   const out = await CappedFile.open(join(trialDir, "verifier", "test-stdout.txt"), VERIFIER_LOG_BYTES);
   const err = await CappedFile.open(join(trialDir, "verifier", "test-stderr.txt"), VERIFIER_LOG_BYTES);
   const marker = `@@proctor-reward-${randomUUID()}@@`;
@@ -178,7 +202,7 @@ export async function runVerifier(attempt: SandboxAttempt): Promise<RewardRead |
   let result: ExecResult;
   let trailer: string | null;
   try {
-    result = await sandbox.exec(trusted(sandbox, REWARD_WRAPPER, [marker, verifier.command, tests ? "tests" : "-"]), {
+    result = await sandbox.exec(trusted(sandbox, REWARD_WRAPPER, [marker, verifier.command, prepare, hashed ? "hash" : "-"]), {
       ...adminOptions(sandbox),
       ...(tests ? { stdin: tests } : {}),
       env: verifierEnv(verifier.env),
@@ -203,14 +227,76 @@ export async function runVerifier(attempt: SandboxAttempt): Promise<RewardRead |
     state.errors.push({ kind: "verifier", message: `could not ${what} before verifying (exit ${result.exitCode}): ${tail(result.stderr)}` });
     return null;
   }
-  const read = trailer === null ? null : parseTrailer(trailer);
+  const read = trailer === null ? null : parseTrailer(trailer, hashed);
   if (read === null) {
     state.errors.push({ kind: "verifier", message: `the verifier's launcher did not report the reward files (exit ${result.exitCode}): ${tail(result.stderr, 3)}` });
     return null;
   }
   await keepRewardCopies(trialDir, read);
-  scoreReward(read, state);
+  scoreReward(read, state, await rewardFilesNamed(verifier.testsDir, verifier.command));
+  const changed = read.tests && verifier.testsDir ? await testsChanged(verifier.testsDir, read.tests) : [];
+  if (changed.length > 0) {
+    state.errors.unshift({ kind: "agent", message: `tampered: ${changed.join(", ")} (the tests changed while they ran)` });
+    state.reward = 0;
+    state.integrity?.tampered.push(...changed);
+  }
   return read;
+}
+
+/** Which reward files a task's tests write, by the names its tests and command use; both when they name neither. */
+async function rewardFilesNamed(testsDir: string | null, command: string): Promise<{ json: boolean; txt: boolean }> {
+  let text = command;
+  if (testsDir) for (const file of await listTree(testsDir)) if (file.hash !== "other" && file.size <= 1024 * 1024) text += `\n${await readFile(join(testsDir, file.path), "latin1")}`;
+  const json = text.includes("reward.json");
+  const txt = text.includes("reward.txt");
+  return json || txt ? { json, txt } : { json: true, txt: true };
+}
+
+/** A file of the tests (relative path, sha256 or "other" for what is not a regular file, size). */
+interface TreeEntry {
+  path: string;
+  hash: string;
+  size: number;
+}
+
+/** The files of host dir `dir` as the launcher reports /tests: no directories, no bytecode caches, links as "other". */
+async function listTree(dir: string): Promise<TreeEntry[]> {
+  const out: TreeEntry[] = [];
+  async function walk(rel: string): Promise<void> {
+    for (const entry of await readdir(join(dir, rel), { withFileTypes: true })) {
+      const path = rel ? `${rel}/${entry.name}` : entry.name;
+      if (entry.isDirectory()) {
+        if (entry.name !== "__pycache__" && path !== ".pytest_cache") await walk(path);
+      } else if (entry.isFile()) {
+        const data = await readFile(join(dir, path));
+        out.push({ path, hash: createHash("sha256").update(data).digest("hex"), size: data.length });
+      } else out.push({ path, hash: "other", size: 0 });
+    }
+  }
+  await walk("");
+  return out;
+}
+
+/** Files the tests may add to their own dir without changing them (output, caches); anything else added is the agent's doing. */
+const ADDED_LOADABLE = /\.(py|pyc|pyo|so|pth|ini|cfg|toml)$/;
+
+/**
+ * How the tests' files differ from the task's after the tests ran: a file of the task changed,
+ * missing or not a file any more, or a file added that the runner would load (a conftest.py, a
+ * module, a config), each with what happened. Output a test writes beside itself is allowed.
+ */
+async function testsChanged(testsDir: string, after: Map<string, string[]>): Promise<string[]> {
+  const expected = new Map((await listTree(testsDir)).map((f) => [f.path, f.hash]));
+  const changed: string[] = [];
+  for (const [path, hash] of expected) {
+    const seen = after.get(path) ?? [];
+    if (seen.length === 0) changed.push(`${SANDBOX_PATHS.tests}/${path} (removed)`);
+    else if (seen.length > 1 || seen[0] !== hash) changed.push(`${SANDBOX_PATHS.tests}/${path} (changed)`);
+  }
+  for (const [path] of after) {
+    if (!expected.has(path) && ADDED_LOADABLE.test(path)) changed.push(`${SANDBOX_PATHS.tests}/${path} (added)`);
+  }
+  return changed;
 }
 
 /** Tests larger than this go up with a separate upload rather than through the launcher's stdin (held in memory). */
@@ -241,7 +327,16 @@ async function keepRewardCopies(trialDir: string, read: RewardRead): Promise<voi
   }
 }
 
-function scoreReward(read: RewardRead, state: SandboxAttempt["state"]): void {
+function scoreReward(read: RewardRead, state: SandboxAttempt["state"], named: { json: boolean; txt: boolean }): void {
+  // Only the reward file the task's tests write counts: another one beside it was written by
+  // someone else (a program of the agent's that the tests ran).
+  const unexpected = [["reward.json", read.json, named.json] as const, ["reward.txt", read.txt, named.txt] as const].filter(([, file, expected]) => !expected && file.state !== "none").map(([name]) => `${SANDBOX_PATHS.verifierLogs}/${name}`);
+  if (unexpected.length > 0) {
+    state.errors.unshift({ kind: "agent", message: `tampered: ${unexpected.join(", ")} (a reward file the task's tests do not write)` });
+    state.integrity?.tampered.push(...unexpected);
+    state.reward = 0;
+    return;
+  }
   const text = (file: RewardFile, name: string): string | null => {
     if (file.state === "none") return null;
     if (file.state !== "file") throw new Error(`${SANDBOX_PATHS.verifierLogs}/${name} is a ${file.state === "link" ? "symbolic link" : "special file"}, not a file the verifier wrote`);
@@ -249,12 +344,23 @@ function scoreReward(read: RewardRead, state: SandboxAttempt["state"]): void {
     return file.data.toString("utf8");
   };
   try {
-    state.reward = parseReward({
-      json: text(read.json, "reward.json"),
-      txt: text(read.txt, "reward.txt"),
-      jsonName: `${SANDBOX_PATHS.verifierLogs}/reward.json`,
-      txtName: `${SANDBOX_PATHS.verifierLogs}/reward.txt`,
-    }).reward;
+    const json = text(read.json, "reward.json");
+    const txt = text(read.txt, "reward.txt");
+    const jsonName = `${SANDBOX_PATHS.verifierLogs}/reward.json`;
+    const txtName = `${SANDBOX_PATHS.verifierLogs}/reward.txt`;
+    const reward = parseReward({ json, txt, jsonName, txtName }).reward;
+    if (json !== null && txt !== null) {
+      // Both written: they must agree, or neither is the verdict.
+      const other = parseReward({ json: null, txt, jsonName, txtName }).reward;
+      if (other !== reward) throw new Error(`${jsonName} says ${reward} and ${txtName} says ${other}: the reward files disagree`);
+    }
+    // A test command killed by a signal did not get to write its own verdict: what is there is not a pass.
+    if (read.exitCode > 128 && read.exitCode <= 192 && reward !== null && reward >= 1) {
+      state.errors.unshift({ kind: "agent", message: `the test command was killed (exit ${read.exitCode}, signal ${read.exitCode - 128}) after a passing reward was written: a reward from a killed test run is not counted` });
+      state.reward = 0;
+      return;
+    }
+    state.reward = reward;
   } catch (error) {
     state.errors.push({ kind: "verifier", message: `${message(error)}${read.exitCode !== 0 ? ` (the verifier exited with ${read.exitCode})` : ""}` });
   }

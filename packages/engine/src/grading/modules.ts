@@ -51,30 +51,31 @@ const RUNNER_MODULES = [
 ];
 
 /**
- * CPython's standard library by top-level name (3.11's `sys.stdlib_module_names`, and modules of
- * older versions since removed), for the agent's own sandbox, whose interpreter is not to be asked.
+ * CPython's standard library by top-level name (3.11's `sys.stdlib_module_names`), for the
+ * agent's own sandbox, whose interpreter is not to be asked.
  */
-const STDLIB_MODULES = `__future__ _abc _ast _asyncio _bisect _blake2 _bootlocale _bz2 _codecs _collections _collections_abc _compat_pickle
-_compression _contextvars _crypt _csv _ctypes _curses _datetime _dbm _decimal _dummy_thread _elementtree _frozen_importlib
-_frozen_importlib_external _functools _gdbm _hashlib _heapq _imp _io _json _locale _lsprof _lzma _markupbase _md5 _multibytecodec
-_multiprocessing _opcode _operator _osx_support _pickle _posixshmem _posixsubprocess _py_abc _pydecimal _pyio _queue _random _sha1
-_sha256 _sha3 _sha512 _signal _sitebuiltins _socket _sqlite3 _sre _ssl _stat _statistics _string _strptime _struct _symtable _thread
-_threading_local _tkinter _tokenize _tracemalloc _typing _uuid _warnings _weakref _weakrefset _zoneinfo abc aifc antigravity argparse
-array ast asynchat asyncio asyncore atexit audioop base64 bdb binascii binhex bisect builtins bz2 cProfile calendar cgi cgitb chunk cmath
-cmd code codecs codeop collections colorsys compileall concurrent configparser contextlib contextvars copy copyreg crypt csv ctypes
-curses dataclasses datetime dbm decimal difflib dis distutils doctest dummy_threading email encodings ensurepip enum errno faulthandler
-fcntl filecmp fileinput fnmatch formatter fractions ftplib functools gc genericpath getopt getpass gettext glob graphlib grp gzip
-hashlib heapq hmac html http imaplib imghdr imp importlib inspect io ipaddress itertools json keyword lib2to3 linecache locale logging
-lzma macpath mailbox mailcap marshal math mimetypes mmap modulefinder multiprocessing netrc nis nntplib ntpath nturl2path numbers
-opcode operator optparse os ossaudiodev parser pathlib pdb pickle pickletools pipes pkgutil platform plistlib poplib posix posixpath
-pprint profile pstats pty pwd py_compile pyclbr pydoc pydoc_data pyexpat queue quopri random re readline reprlib resource rlcompleter
-runpy sched secrets select selectors shelve shlex shutil signal site smtpd smtplib sndhdr socket socketserver spwd sqlite3
-sre_compile sre_constants sre_parse ssl stat statistics string stringprep struct subprocess sunau symbol symtable sys sysconfig
-syslog tabnanny tarfile telnetlib tempfile termios textwrap this threading time timeit tkinter token tokenize tomllib trace
-traceback tracemalloc tty turtle types typing unicodedata unittest urllib uu uuid venv warnings wave weakref webbrowser wsgiref
-xdrlib xml xmlrpc zipapp zipfile zipimport zlib zoneinfo`.split(/\s+/);
+const STDLIB_MODULES = `__future__ _abc _aix_support _ast _asyncio _bisect _blake2 _bootsubprocess _bz2 _codecs _codecs_cn _codecs_hk _codecs_iso2022
+_codecs_jp _codecs_kr _codecs_tw _collections _collections_abc _compat_pickle _compression _contextvars _crypt _csv _ctypes
+_curses _curses_panel _datetime _dbm _decimal _elementtree _frozen_importlib _frozen_importlib_external _functools _gdbm _hashlib
+_heapq _imp _io _json _locale _lsprof _lzma _markupbase _md5 _msi _multibytecodec _multiprocessing _opcode _operator _osx_support
+_overlapped _pickle _posixshmem _posixsubprocess _py_abc _pydecimal _pyio _queue _random _scproxy _sha1 _sha256 _sha3 _sha512
+_signal _sitebuiltins _socket _sqlite3 _sre _ssl _stat _statistics _string _strptime _struct _symtable _thread _threading_local
+_tkinter _tokenize _tracemalloc _typing _uuid _warnings _weakref _weakrefset _winapi _zoneinfo abc aifc antigravity argparse array
+ast asynchat asyncio asyncore atexit audioop base64 bdb binascii bisect builtins bz2 cProfile calendar cgi cgitb chunk cmath cmd
+code codecs codeop collections colorsys compileall concurrent configparser contextlib contextvars copy copyreg crypt csv ctypes
+curses dataclasses datetime dbm decimal difflib dis distutils doctest email encodings ensurepip enum errno faulthandler fcntl
+filecmp fileinput fnmatch fractions ftplib functools gc genericpath getopt getpass gettext glob graphlib grp gzip hashlib heapq
+hmac html http idlelib imaplib imghdr imp importlib inspect io ipaddress itertools json keyword lib2to3 linecache locale logging
+lzma mailbox mailcap marshal math mimetypes mmap modulefinder msilib msvcrt multiprocessing netrc nis nntplib nt ntpath nturl2path
+numbers opcode operator optparse os ossaudiodev pathlib pdb pickle pickletools pipes pkgutil platform plistlib poplib posix
+posixpath pprint profile pstats pty pwd py_compile pyclbr pydoc pydoc_data pyexpat queue quopri random re readline reprlib
+resource rlcompleter runpy sched secrets select selectors shelve shlex shutil signal site smtpd smtplib sndhdr socket socketserver
+spwd sqlite3 sre_compile sre_constants sre_parse ssl stat statistics string stringprep struct subprocess sunau symtable sys
+sysconfig syslog tabnanny tarfile telnetlib tempfile termios textwrap this threading time timeit tkinter token tokenize tomllib
+trace traceback tracemalloc tty turtle turtledemo types typing unicodedata unittest urllib uu uuid venv warnings wave weakref
+webbrowser winreg winsound wsgiref xdrlib xml xmlrpc zipapp zipfile zipimport zlib zoneinfo`.split(/\s+/);
 
-const IMPORTS = /(?:^|[;:]|\bthen|\bdo)\s*(?:from\s+([A-Za-z_]\w*)|import\s+([A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*))/gm;
+const IMPORTS = /(?:^|[;:'"]|\bthen|\bdo)\s*(?:from\s+([A-Za-z_]\w*)|import\s+([A-Za-z_][\w.]*(?:\s*,\s*[A-Za-z_][\w.]*)*))/gm;
 
 /** Top-level module names the task's test files (and check commands) import. */
 export async function namesTestsImport(testsDir: string | null, commands: readonly string[] = []): Promise<Set<string>> {
@@ -105,9 +106,10 @@ export async function namesTestsImport(testsDir: string | null, commands: readon
 
 /**
  * Run in the grader with `python` ($1: the output dirs, `:`-separated; $2: extra watched names,
- * `,`-separated; then the candidates): prints the candidates that are watched (standard library,
- * the test runner's distributions and plugins, the extra names) and that the interpreter finds
- * outside the output dirs. Its module path loses the current directory and the output dirs.
+ * `,`-separated, `*` for every name; then the candidates): prints the candidates that are watched
+ * (standard library, the test runner's distributions and plugins, the extra names) and that the
+ * interpreter finds outside the output dirs. Its module path loses the current directory and the
+ * output dirs. CPython's own test package `test` is never watched: no runner imports it.
  */
 const SHADOW_PY = `import os, re, sys, importlib.util
 outputs = [os.path.abspath(d) for d in sys.argv[1].split(":") if d]
@@ -154,7 +156,7 @@ try:
 except Exception:
     pass
 for n in names:
-    if n not in watched:
+    if n == "test" or (n not in watched and "*" not in watched):
         continue
     try:
         spec = importlib.util.find_spec(n)
@@ -176,24 +178,29 @@ for n in names:
 export async function shadowedNames(
   attempt: SandboxAttempt,
   grader: Sandbox,
-  options: { candidates: readonly string[]; outputs: readonly string[]; watched: Iterable<string>; preamble?: string; env?: Record<string, string> },
+  options: { candidates: readonly string[]; outputs: readonly string[]; watched: Iterable<string>; command?: string | null; env?: Record<string, string> },
 ): Promise<Set<string>> {
   const names = [...new Set(options.candidates)];
   const found = new Set<string>();
   if (names.length === 0) return found;
-  const watched = [...new Set([...options.watched, ...RUNNER_MODULES])].filter((n) => MODULE_NAME.test(n)).join(",");
-  const script = `${options.preamble ?? ""}
-for py in python3 python; do
+  const watched = [...new Set([...options.watched, ...RUNNER_MODULES])].filter((n) => n === "*" || MODULE_NAME.test(n)).join(",");
+  const { preamble, interpreters } = testEnvironment(options.command ?? null);
+  // The preamble (an activation) runs in the image's bash when it has one, as the tests' does;
+  // whether it works or not, each Python it leaves on PATH is asked.
+  const inner = `{ ${preamble || ":"}
+} </dev/null >/dev/null 2>&1 || true
+for py in ${interpreters.map((p) => `'${p.replace(/'/g, "'\\''")}'`).join(" ")} python3 python; do
   command -v "$py" >/dev/null 2>&1 || continue
   "$py" -c 'import sys; sys.exit(sys.version_info[0] < 3)' 2>/dev/null || continue
   "$py" -c "$PROCTOR_SHADOW_PY" "$@" || exit 1
 done
 exit 0`;
+  const script = 'cd / || exit 1; if [ -x /bin/bash ]; then exec /bin/bash --noprofile --norc -c "$PROCTOR_SHADOW_SH" proctor "$@"; fi; eval "$PROCTOR_SHADOW_SH"';
   for (const chunk of argumentChunks(names)) {
-    const result = await grader.exec(trusted(grader, `cd / || exit 1\n${script}`, [options.outputs.join(":"), watched, ...chunk]), {
+    const result = await grader.exec(trusted(grader, script, [options.outputs.join(":"), watched, ...chunk]), {
       ...adminOptions(grader),
       cwd: "/",
-      env: { ...(options.env ?? {}), PROCTOR_SHADOW_PY: SHADOW_PY },
+      env: { ...(options.env ?? {}), PROCTOR_SHADOW_PY: SHADOW_PY, PROCTOR_SHADOW_SH: inner },
       timeoutMs: HOUSEKEEPING_MS,
       signal: attempt.signal,
     });
@@ -201,6 +208,25 @@ exit 0`;
     for (const name of result.stdout.split("\n").filter(Boolean)) found.add(name.trim());
   }
   return found;
+}
+
+/**
+ * What a test command's Python is: the statements before its last (an activation: `.
+ * /opt/venv/bin/activate`, `conda activate testbed`, locale settings), and interpreters its
+ * runner names by path (`/opt/venv/bin/python -m pytest`, `/opt/venv/bin/pytest`: that venv's python).
+ */
+export function testEnvironment(command: string | null): { preamble: string; interpreters: string[] } {
+  if (!command) return { preamble: "", interpreters: [] };
+  const statements = command.split(/\n|;|&&|\|\|/).map((s) => s.trim()).filter(Boolean);
+  const runner = statements.pop() ?? "";
+  const words = runner.split(/\s+/).filter((w) => !/^[A-Za-z_]\w*=/.test(w) && !["env", "exec", "command", "nice", "time"].includes(w));
+  const first = (words[0] ?? "").replace(/^["']|["']$/g, "");
+  const interpreters: string[] = [];
+  if (first.includes("/")) {
+    if (/^python[0-9.]*$/.test(posix.basename(first))) interpreters.push(first);
+    else interpreters.push(posix.join(posix.dirname(first), "python3"), posix.join(posix.dirname(first), "python"));
+  }
+  return { preamble: statements.join("\n"), interpreters };
 }
 
 /** The grader's interpreter could not be asked (a `verifier` error: the grader is the image's). */

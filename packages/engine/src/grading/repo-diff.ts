@@ -9,7 +9,7 @@ const run = promisify(execFile);
 
 /** The agent's change to a repository: what fresh grading applies at the base commit. */
 export interface RepoDiff {
-  /** Files added or modified (links included), relative to the repository root, sorted. */
+  /** Files added or modified (links included; a nested repository's .git as one entry), relative to the repository root, sorted. */
   changed: string[];
   /** Tracked files the agent removed. */
   deleted: string[];
@@ -17,7 +17,7 @@ export interface RepoDiff {
   tampered: string[];
   /** Why a pass of this diff is not clean (e.g. code that imports the test runner). */
   flags: string[];
-  /** Files of the agent's left out (bytecode, a nested repository's .git), each with why. */
+  /** Files of the agent's left out (bytecode), each with why. */
   skipped: string[];
   /**
    * Modules the diff adds at the top of an import path (a `.py` file or a package in a directory
@@ -25,6 +25,8 @@ export interface RepoDiff {
    * caller refuses those the grader's Python can already import (they would shadow them).
    */
   topLevelModules: { path: string; name: string }[];
+  /** Links among `changed`: the grader's kernel follows them once they are placed. */
+  links: string[];
 }
 
 /** Python bytecode: never carried from the agent (an unchecked .pyc runs without looking at its source); Python rebuilds it. */
@@ -43,24 +45,44 @@ export function changesRunner(path: string, before: string | null, after: string
   const base = posix.basename(path);
   const config = PYTEST_CONFIG_FILES.find((f) => f.path === base);
   if (config) return pytestSection(config.path, before) !== pytestSection(config.path, after);
-  const runner =
+  // A distribution's entry points declare pytest plugins in their [pytest11] group; the rest of
+  // its metadata (console scripts, a venv's installed packages) does not reach the runner.
+  if (base === "entry_points.txt") return pytestPlugins(before) !== pytestPlugins(after);
+  return runnerFile(path, before === null) && before !== after;
+}
+
+function runnerFile(path: string, added: boolean): boolean {
+  const base = posix.basename(path);
+  return (
     base === "conftest.py" ||
     base === "pytest.py" ||
     base === "sitecustomize.py" ||
     base === "usercustomize.py" ||
-    base === "entry_points.txt" ||
     base.endsWith(".pth") ||
     /(^|\/)(site|user)customize\/__init__\.py$/.test(path) ||
-    // Distribution metadata Python's importlib reads (entry points declare pytest plugins).
-    (before === null && /\.(dist|egg)-info\//.test(path)) ||
     // A new package named like the test runner shadows it (pytest's own sources change legitimately).
-    (before === null && /(^|\/)_?pytest\/__init__\.py$/.test(path));
-  return runner && before !== after;
+    (added && /(^|\/)_?pytest\/__init__\.py$/.test(path))
+  );
+}
+
+/** The [pytest11] entry points of an entry_points.txt (normalised), "" when none; a link or other non-text counts as itself. */
+function pytestPlugins(text: string | null): string {
+  if (text === null) return "";
+  if (text.startsWith("\0")) return text;
+  let inside = false;
+  const found: string[] = [];
+  for (const raw of text.split(/\r\n|\r|\n/)) {
+    const line = raw.trim();
+    if (line.startsWith("[")) inside = /^\[\s*pytest11\s*\]/.test(line);
+    else if (inside && line && !line.startsWith("#") && !line.startsWith(";")) found.push(line.replace(/\s+/g, ""));
+  }
+  return found.sort().join("\n");
 }
 
 /** Whether `path`'s name makes it a file changesRunner() judges (so only those are read). */
 export function mayChangeRunner(path: string): boolean {
-  return PYTEST_CONFIG_FILES.some((f) => f.path === posix.basename(path)) || changesRunner(path, null, "\0");
+  const base = posix.basename(path);
+  return PYTEST_CONFIG_FILES.some((f) => f.path === base) || base === "entry_points.txt" || runnerFile(path, true);
 }
 
 /**
@@ -68,7 +90,7 @@ export function mayChangeRunner(path: string): boolean {
  * tests and the verifier's logs (a link to the tests' expected answer is the answer), the
  * solution, the kernel's and the sandbox's own files.
  */
-const FORBIDDEN_TARGETS = ["/tests", "/logs", "/solution", "/proc", "/sys", "/dev", "/.proctor", "/run"];
+export const FORBIDDEN_TARGETS = ["/tests", "/logs", "/solution", "/proc", "/sys", "/dev", "/.proctor", "/run"];
 const HARMLESS_DEVICES = new Set(["/dev/null", "/dev/zero", "/dev/random", "/dev/urandom", "/dev/stdin", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd", "/proc/self/fd", "/proc/self/mounts", "/proc/mounts"]);
 
 /**
@@ -95,16 +117,31 @@ export function forbiddenPath(resolved: string | null, roots: readonly string[] 
  * Where `path` (absolute, in the sandbox) leads when the links `linkAt` knows are followed, as
  * the kernel follows them (a link's `..` from where the link points); null after 40 links.
  */
-export async function resolveThrough(path: string, linkAt: (path: string) => Promise<string | null>): Promise<string | null> {
+export async function resolveThrough(path: string, linkAt: (path: string) => Promise<string | null>, prefetch?: (paths: string[]) => Promise<void>): Promise<string | null> {
   let rest = path.split("/").filter(Boolean);
   let resolved = "/";
   let hops = 0;
+  let fresh = true;
   while (rest.length > 0) {
+    if (fresh && prefetch) {
+      // Every prefix up to the first "..": asked together (after which a link may lead elsewhere).
+      const prefixes: string[] = [];
+      let at = resolved;
+      for (const part of rest) {
+        if (part === "..") break;
+        if (part === ".") continue;
+        at = posix.join(at, part);
+        prefixes.push(at);
+      }
+      await prefetch(prefixes);
+    }
+    fresh = false;
     const [name, ...tail] = rest as [string, ...string[]];
     rest = tail;
     if (name === ".") continue;
     if (name === "..") {
       resolved = posix.dirname(resolved);
+      fresh = true;
       continue;
     }
     const next = posix.join(resolved, name);
@@ -116,6 +153,7 @@ export async function resolveThrough(path: string, linkAt: (path: string) => Pro
     if (++hops > 40) return null;
     rest = [...target.split("/").filter(Boolean), ...rest];
     if (target.startsWith("/")) resolved = "/";
+    fresh = true;
   }
   return resolved;
 }
@@ -177,24 +215,25 @@ export async function diffRepository(base: string, tree: string, protect: readon
   const tampered: string[] = [];
   const flags: string[] = [];
   const skipped: string[] = [];
+  const nestedGit: string[] = [];
   for (const record of out.split("\0")) {
     if (record.length < 4) continue;
     const code = record.slice(0, 2);
     const path = record.slice(3).replace(/\/$/, "");
     if (code === "??") {
       // A directory git lists as one entry (a nested repository): every file in it is the
-      // agent's and is screened as such; its own .git (config, hooks) never comes.
+      // agent's and is screened as such; its own .git comes whole, to be made inert (git-dirs.ts).
       if ((await lstat(join(tree, path)).catch(() => null))?.isDirectory()) {
         for (const file of await filesUnder(tree, path)) {
-          if (posix.basename(file) === ".git" || file.includes("/.git/")) {
-            if (posix.basename(file) === ".git") skipped.push(`${file} (a nested repository's .git is not carried)`);
-          } else kinds.set(file, "added");
+          if (posix.basename(file) === ".git") nestedGit.push(file);
+          else kinds.set(file, "added");
         }
       } else kinds.set(path, "added");
     } else if (code.includes("D")) kinds.set(path, "deleted");
     else kinds.set(path, "modified");
   }
   const topLevelModules: { path: string; name: string }[] = [];
+  const links: string[] = [];
   const protectedSet = new Set(protect);
   for (const [path, kind] of kinds) {
     if (kind !== "deleted" && isBytecode(path)) {
@@ -211,6 +250,7 @@ export async function diffRepository(base: string, tree: string, protect: readon
     if (kind === "deleted") continue;
     const info = await lstat(join(tree, path)).catch(() => null);
     if (info?.isSymbolicLink()) {
+      links.push(path);
       const at = posix.join(workdir, path);
       const why = forbiddenLink(at, await readlink(join(tree, path))) ?? forbiddenPath(await resolveThrough(at, linkAt));
       if (why) tampered.push(`${path} (${why})`);
@@ -228,7 +268,7 @@ export async function diffRepository(base: string, tree: string, protect: readon
       if (module && !(await lstat(join(tree, posix.dirname(module.path), "__init__.py")).catch(() => null))) topLevelModules.push(module);
     }
   }
-  return { changed: changed.sort(), deleted: deleted.sort(), tampered: tampered.sort(), flags, skipped: skipped.sort(), topLevelModules };
+  return { changed: [...changed, ...nestedGit].sort(), deleted: deleted.sort(), tampered: tampered.sort(), flags, skipped: skipped.sort(), topLevelModules, links };
 }
 
 /** Every entry under `tree`/`dir` that is not a directory (files, links, others), relative to `tree`; a `.git` is listed as itself, not walked. Links are never followed. */
@@ -260,9 +300,9 @@ export async function stageFiles(tree: string, paths: readonly string[], dest: s
  * Walks a staged output (a host copy of the agent's file or directory at sandbox path `at`,
  * never following links): removes Python bytecode from it, refuses links into Proctor's and the
  * kernel's paths (`tampered`), and returns the runner files in it (sandbox paths), for the
- * caller to compare with the grader's copies. `skipped` gets what went.
+ * caller to compare with the grader's copies. `skipped` gets what went, `links` every link.
  */
-export async function screenStaged(staged: string, at: string, skipped: string[], tampered: string[]): Promise<{ path: string; host: string }[]> {
+export async function screenStaged(staged: string, at: string, skipped: string[], tampered: string[], links: string[] = []): Promise<{ path: string; host: string }[]> {
   const found: { path: string; host: string }[] = [];
   // Links in the output, followed where the grader will have them (a link to "/" then "x/tests").
   const linkAt = async (path: string) => (path === at ? linkTarget(staged) : path.startsWith(`${at}/`) ? linkTarget(join(staged, path.slice(at.length + 1))) : null);
@@ -274,6 +314,7 @@ export async function screenStaged(staged: string, at: string, skipped: string[]
       return;
     }
     if (info.isSymbolicLink()) {
+      links.push(path);
       const why = forbiddenLink(path, await readlink(host)) ?? forbiddenPath(await resolveThrough(path, linkAt));
       if (why) tampered.push(`${path} (${why})`);
       return;
