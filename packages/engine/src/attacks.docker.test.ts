@@ -6,7 +6,7 @@ import type { TaskSpec, TrialResult } from "@proctor/schema";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun, type RunOptions } from "./run";
 import { ATTACK_MODES, ATTACKS, buildAttackTasks, controlsFor, writeAttackAgent, type AttackMode } from "./testing/attacks";
-import { byTask, readResultsFile, tempDir } from "./testing/fixtures";
+import { byTask, containersOf, readResultsFile, tempDir } from "./testing/fixtures";
 
 /**
  * The attacks of testing/attacks.ts, one run per grading mode (every attack task of that mode and
@@ -22,11 +22,6 @@ const MODE_OPTIONS: Record<AttackMode, Partial<RunOptions>> = {
   strict: { isolateVerifier: true },
   shared: { grading: "shared" },
 };
-
-function containersOf(runId: string): string[] {
-  const out = execFileSync("docker", ["ps", "-aq", "--filter", `label=proctor.run=${runId}`], { encoding: "utf8" }).trim();
-  return out === "" ? [] : out.split("\n");
-}
 
 /** Not a clean pass: reward 0 (or an agent error saying tampered), or a pass flagged for audit. */
 function cleanPassOrWorse(result: TrialResult | undefined): string | null {

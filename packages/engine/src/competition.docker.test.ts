@@ -7,7 +7,7 @@ import type { AgentSpec, TaskSpec } from "@proctor/schema";
 import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun, type RunOptions } from "./run";
-import { byTask, readResultsFile, tempDir, writeAgent } from "./testing/fixtures";
+import { byTask, containersOf, readResultsFile, tempDir, writeAgent } from "./testing/fixtures";
 
 const IMAGE = "proctor/base:bookworm";
 const haveDocker = await dockerTestGate();
@@ -87,11 +87,6 @@ cat /home/data/hint.txt > "$SUBMISSION_DIR/answer.txt"
     0o755,
   );
   return dir;
-}
-
-function containersOf(runId: string): string[] {
-  const out = execFileSync("docker", ["ps", "-aq", "--filter", `label=proctor.run=${runId}`], { encoding: "utf8" }).trim();
-  return out === "" ? [] : out.split("\n");
 }
 
 function kv(text: string): Record<string, string> {

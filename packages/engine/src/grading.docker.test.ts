@@ -7,7 +7,7 @@ import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun, type RunOptions } from "./run";
 import { buildSweCalc } from "./testing/swe-calc";
-import { byTask, inlineTask, readResultsFile, tempDir, writeAgent, writeTasks, type FixtureTask } from "./testing/fixtures";
+import { byTask, containersOf, inlineTask, readResultsFile, tempDir, type FixtureTask, writeAgent, writeTasks } from "./testing/fixtures";
 
 const IMAGE = "proctor/base:bookworm";
 const haveDocker = await dockerTestGate();
@@ -202,11 +202,6 @@ for i in $(seq 100); do python3 -c "import socket; socket.create_connection(('12
 
 /** Attacks on the system (outside any output): a fresh grader never sees them. */
 const SYSTEM_ATTACKS = ["site-pytest-package", "pth-import", "user-site", "usercustomize-package", "passwd-home", "pytest11-entry-point", "iniconfig-atexit", "ld-so-preload", "nss-module", "ldconfig-cache", "ld-conf-removed", "replace-timeout"];
-
-function containersOf(runId: string): string[] {
-  const out = execFileSync("docker", ["ps", "-aq", "--filter", `label=proctor.run=${runId}`], { encoding: "utf8" }).trim();
-  return out === "" ? [] : out.split("\n");
-}
 
 describe.skipIf(!haveDocker)("grading on a pristine filesystem (the agent is root in its sandbox)", () => {
   let root: { path: string; cleanup: () => Promise<void> };

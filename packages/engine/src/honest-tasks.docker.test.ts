@@ -6,7 +6,7 @@ import type { TaskSpec, TrialResult } from "@proctor/schema";
 import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun, type RunOptions } from "./run";
-import { byTask, readResultsFile, tempDir } from "./testing/fixtures";
+import { byTask, containersOf, readResultsFile, tempDir } from "./testing/fixtures";
 import { HONEST_TASKS, SWE_ENV_SETUP, SWE_SAME_SIZE_ROWS, sameSizeSweRows, writeHonestTasks } from "./testing/honest-tasks";
 import { buildSweCalc } from "./testing/swe-calc";
 
@@ -26,11 +26,6 @@ const haveDocker = await dockerTestGate();
 const SERVICE_TASKS = Object.keys(HONEST_TASKS).filter((id) => HONEST_TASKS[id]?.service);
 /** Tasks graded fresh by default (their tests name nothing outside /app; none runs apt-get), to grade once more in the agent's own sandbox. */
 const SHARED_TOO = [...Object.keys(HONEST_TASKS).filter((id) => !HONEST_TASKS[id]?.shared), ...SWE_SAME_SIZE_ROWS.map((r) => r.id)];
-
-function containersOf(runId: string): string[] {
-  const out = execFileSync("docker", ["ps", "-aq", "--filter", `label=proctor.run=${runId}`], { encoding: "utf8" }).trim();
-  return out === "" ? [] : out.split("\n");
-}
 
 /** The last `lines` lines of a file of the run, or a note that it is absent. */
 async function tailOf(path: string, lines: number): Promise<string> {

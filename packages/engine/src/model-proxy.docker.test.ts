@@ -8,7 +8,7 @@ import type { Logger, TrialResult } from "@proctor/schema";
 import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun } from "./run";
-import { byTask, readResultsFile, tempDir, writeAgent, writeTasks } from "./testing/fixtures";
+import { byTask, containersOf, readResultsFile, tempDir, writeAgent, writeTasks } from "./testing/fixtures";
 
 const IMAGE = "proctor/base:bookworm";
 const KEY = "sk-proctor-test-REAL-key-7f3a9c";
@@ -52,11 +52,6 @@ else:
         status, body = ask("more")
         print(status, body.get("error", {}).get("code", ""), flush=True)
 PY`;
-
-function containersOf(runId: string): string[] {
-  const out = execFileSync("docker", ["ps", "-aq", "--filter", `label=proctor.run=${runId}`], { encoding: "utf8" }).trim();
-  return out === "" ? [] : out.split("\n");
-}
 
 async function filesUnder(dir: string): Promise<string[]> {
   const entries = await readdir(dir, { withFileTypes: true, recursive: true });

@@ -2,6 +2,7 @@
  * Test fixtures: tiny native tasks and code agents written to temp dirs. Used by the engine's
  * tests only (not exported from the package).
  */
+import { execFileSync } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -125,6 +126,12 @@ sleep 30`;
 /** Like ESCAPER, but its late work comes 6 s after the agent's end: strict isolation must have ended it by then. */
 export const SLOW_ESCAPER = `setsid env -i /bin/sh -c ${lateJob(6)} > /dev/null 2>&1 &
 sleep 30`;
+
+/** Containers (any state) of a run, by its proctor.run label: none may be left when a run is done. */
+export function containersOf(runId: string): string[] {
+  const out = execFileSync("docker", ["ps", "-aq", "--filter", `label=proctor.run=${runId}`], { encoding: "utf8" }).trim();
+  return out === "" ? [] : out.split("\n");
+}
 
 export async function readResultsFile(runDir: string): Promise<TrialResult[]> {
   const text = await readFile(join(runDir, "results.jsonl"), "utf8");
