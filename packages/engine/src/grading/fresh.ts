@@ -214,7 +214,7 @@ const fromRoot = (path: string) => `./${path.replace(/^\/+/, "")}`;
  * Returns the toolchains' roots; with any, nothing was removed (see removeAround).
  */
 async function clearOutputs(grader: Sandbox, outputs: readonly string[], signal: AbortSignal): Promise<string[]> {
-  return findToolchains(grader, outputs, signal, `[ -n "$found" ] && exit 0
+  return findToolchains(grader, outputs, signal, "removing", `[ -n "$found" ] && exit 0
 for p in "$@"; do rm -rf -- "$p" || exit 1; done`);
 }
 
@@ -223,7 +223,7 @@ for p in "$@"; do rm -rf -- "$p" || exit 1; done`);
  * site-packages, dist-packages and node_modules directories; the outermost of nested ones), found
  * with its trusted tools; `then` runs after in the same exec ($found is set when there are some).
  */
-export async function findToolchains(sandbox: Sandbox, paths: readonly string[], signal: AbortSignal, then = ""): Promise<string[]> {
+export async function findToolchains(sandbox: Sandbox, paths: readonly string[], signal: AbortSignal, what = "looking for toolchains in", then = ""): Promise<string[]> {
   const script = `found=
 for p in "$@"; do
   if [ -d "$p" ] && [ ! -L "$p" ]; then
@@ -233,10 +233,10 @@ for p in "$@"; do
 done
 ${then || "exit 0"}`;
   const roots = new Set<string>();
-  for (const chunk of argumentChunks(paths.map(fromRoot))) {
-    const result = await sandbox.exec(trusted(sandbox, script, chunk), { ...adminOptions(sandbox), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal });
+  for (const chunk of argumentChunks(paths)) {
+    const result = await sandbox.exec(trusted(sandbox, script, chunk.map(fromRoot)), { ...adminOptions(sandbox), cwd: "/", timeoutMs: HOUSEKEEPING_MS, signal });
     throwIfAborted(signal);
-    if (result.exitCode !== 0) throw new GraderError(`looking for toolchains in ${chunk.slice(0, 3).join(", ")} failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
+    if (result.exitCode !== 0) throw new GraderError(`${what} ${chunk.slice(0, 3).join(", ")} in the ${then ? "grader's " : ""}sandbox failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
     for (const line of result.stdout.split("\n").filter(Boolean)) {
       const path = `/${line.replace(/^\.\//, "")}`;
       roots.add(/\/(pyvenv\.cfg|conda-meta)$/.test(path) ? posix.dirname(path) : path);
