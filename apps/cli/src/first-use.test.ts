@@ -170,6 +170,34 @@ describe("saying what runs and what failed", () => {
     expect(existsSync(log), log).toBe(true);
     await rm(kept ?? "", { recursive: true, force: true });
   });
+
+  test("tasks validate: a valid task names no log it then deletes; bash stopping on test.sh is quoted from its stderr, whole; CRLF line endings are named", async () => {
+    const valid = await proctor(["tasks", "validate", examples, "-i", "greeting-file", "--runtime", "local"]);
+    expect(valid.code, valid.stderr).toBe(0);
+    expect(valid.stderr).not.toMatch(/verifier log|run directories kept/);
+
+    const broken = join(work, "validate-bash");
+    const testSh = (body: string) => `#!/bin/bash\nreward="\${PROCTOR_LOGS_DIR:-/logs}/verifier/reward.txt"\n${body}\n`;
+    for (const [id, test] of [["unclosed-if", testSh('if [ -f x ]; then\n  echo "x is there"\necho 1 > "$reward"')], ["crlf", testSh('mkdir -p "$(dirname "$reward")"\necho 1 > "$reward"').replaceAll("\n", "\r\n")]] as const) {
+      await mkdir(join(broken, id, "tests"), { recursive: true });
+      await mkdir(join(broken, id, "solution"), { recursive: true });
+      await writeFile(join(broken, id, "instruction.md"), "Anything.\n");
+      await writeFile(join(broken, id, "solution", "solve.sh"), "true\n");
+      await writeFile(join(broken, id, "tests", "test.sh"), test);
+    }
+    const crlf = await proctor(["tasks", "validate", broken, "--runtime", "local"]);
+    expect(crlf.code, crlf.stderr).toBe(2);
+    expect(crlf.stderr).toContain(`${join(broken, "crlf")}: CRLF line endings in tests/test.sh: `);
+    await rm(join(broken, "crlf"), { recursive: true, force: true });
+
+    const r = await proctor(["tasks", "validate", broken, "--runtime", "local"]);
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stdout).toMatch(/^ {4}oracle error \(verifier: the verifier wrote no reward \(exit 2; test-stderr\.txt: "\S+\/test\.sh: line \d+: syntax error: unexpected end of file"\): neither .* to reward\.json\)$/m);
+    const log = /verifier log (\S+)/.exec(r.stderr)?.[1] ?? "";
+    expect(log, r.stderr).toMatch(/test-stderr\.txt$/);
+    expect(existsSync(log), log).toBe(true);
+    await rm(/run directories kept in (\S+)/.exec(r.stderr)?.[1] ?? "", { recursive: true, force: true });
+  });
 });
 
 describe("a queued run whose Redis goes away", () => {

@@ -24,7 +24,8 @@ export async function runWorker(config: WorkerConfig, options: RunWorkerOptions 
  * The worker's command: flags, each also read from its environment variable (the flag wins).
  * `proctor-worker` runs it as the program, `proctor worker` as a subcommand (`label` starts its
  * error lines); the exit code goes
- * to `setExitCode` (0 after a drain, 2 bad configuration, 3 no runtime, 130 a second signal).
+ * to `setExitCode` (0 after a drain, 2 bad configuration, 3 no runtime or no Redis answering, 130 a
+ * second signal); the process exits once the worker stopped.
  */
 export function workerCommand(setExitCode: (code: number) => void, name = "proctor-worker", label = name): Command {
   return new Command(name)
@@ -43,13 +44,19 @@ export function workerCommand(setExitCode: (code: number) => void, name = "proct
     .addOption(new Option("--lock-ms <ms>", "a trial whose worker stops renewing its lock this long runs again elsewhere").env("PROCTOR_WORKER_LOCK_MS").argParser(whole("--lock-ms", 1000)).default(30_000))
     .addOption(new Option("--heartbeat-ms <ms>", "heartbeat interval; a worker is gone after three missed beats").env("PROCTOR_WORKER_HEARTBEAT_MS").argParser(whole("--heartbeat-ms", 100)).default(5000))
     .action(async (o: Record<string, unknown>) => {
+      let code: number;
       try {
-        setExitCode(await runWorker(configFrom(o)));
+        code = await runWorker(configFrom(o));
       } catch (error) {
         if (!(error instanceof WorkerError)) throw error;
         process.stderr.write(`${label}: ${error.message}\n`);
         setExitCode(error.exitCode);
+        return;
       }
+      setExitCode(code);
+      // The worker stopped, so the process ends now: after a drain while Redis was away, BullMQ
+      // keeps a timer for the job fetch it abandoned (up to 6 s) that would hold the process up.
+      process.exit(code);
     });
 }
 

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { startRun } from "@proctor/engine";
@@ -67,15 +68,35 @@ async function gatedTasks(dir: string, count: number, gate: string): Promise<str
   return dir;
 }
 
-/** A run of `source`'s tasks (oracle, local runtime) sent to the queue from this process. */
-async function queuedRun(source: string, runId: string) {
+/** A run of `source`'s tasks (oracle, local runtime) sent to the queue (default: the shared Redis) from this process. */
+async function queuedRun(source: string, runId: string, url = redis.url) {
   const { tasks, errors } = await loadTasks([source]);
   expect(errors).toEqual([]);
   const store = new DirBundleStore(join(root, "bundles"));
-  const dispatcher = new QueueDispatcher({ url: redis.url, bundles: { store, source: { kind: "dir", dir: store.dir } } });
+  const dispatcher = new QueueDispatcher({ url, bundles: { store, source: { kind: "dir", dir: store.dir } } });
   const runDir = join(root, "runs", runId);
   const handle = startRun({ runId, runDir, tasks, agent: { kind: "oracle" }, runtime: remoteRuntime("local", LOCAL_CAPABILITIES), concurrency: 4, attempts: 1, isolateVerifier: false, dispatch: dispatcher.dispatch });
   return { runDir, done: handle.done.finally(() => dispatcher.close()) };
+}
+
+/** A port nothing listens on (taken from the OS, then let go). */
+function unusedPort(): Promise<number> {
+  return new Promise((done, fail) => {
+    const server = createServer();
+    server.once("error", fail);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => done(port));
+    });
+  });
+}
+
+/** SIGTERM, then how long the worker took to exit and its exit code. */
+async function stopTimed(worker: Worker): Promise<{ code: number | null; ms: number }> {
+  const sent = Date.now();
+  worker.child.kill("SIGTERM");
+  const code = await worker.exited;
+  return { code, ms: Date.now() - sent };
 }
 
 describe("proctor-worker configuration", () => {
@@ -96,6 +117,68 @@ describe("proctor-worker configuration", () => {
     const badEnv = proctorWorker(["--queue", redis.url], { PROCTOR_WORKER_CONCURRENCY: "two" });
     expect(await badEnv.exited).toBe(2);
     expect(badEnv.output()).toContain("from env 'PROCTOR_WORKER_CONCURRENCY' is invalid. --concurrency must be a whole number >= 1, got \"two\"");
+  });
+});
+
+describe("proctor-worker and a Redis that is not there", () => {
+  test("started against a Redis that does not answer, it exits 3 with one line naming the URL and the fix", async () => {
+    const port = await unusedPort();
+    const worker = proctorWorker(["--runtime", "local", "--work-dir", join(root, "work-none")], { PROCTOR_QUEUE_URL: `redis://127.0.0.1:${port}/0` });
+    // It used to wait for Redis with no word, and a SIGTERM then said "draining" and never exited.
+    await until("the worker exits", () => worker.child.exitCode !== null, 120_000);
+    expect(await worker.exited).toBe(3);
+    expect(worker.output()).toBe(
+      `proctor-worker: Redis at redis://127.0.0.1:${port}/0 does not answer (connect ECONNREFUSED 127.0.0.1:${port}): start it (redis-server --port ${port} --appendonly yes) or fix --queue (or PROCTOR_QUEUE_URL)\n`,
+    );
+  });
+
+  test("SIGTERM with nothing running exits 0 at once, with Redis there and after Redis went away", async () => {
+    const idle = proctorWorker(["--runtime", "local", "--name", "idle", "--work-dir", join(root, "work-idle")], { PROCTOR_QUEUE_URL: redis.url });
+    await until("the worker joined", () => idle.output().includes("worker idle ready"));
+    const up = await stopTimed(idle);
+    expect(up.code, idle.output()).toBe(0);
+    expect(up.ms, idle.output()).toBeLessThan(5000);
+    expect(idle.output()).toContain("SIGTERM: draining: no new trials; 0 running trial(s) finish, then the worker exits\nworker idle stopped\n");
+
+    const own = await startRedisServer();
+    const orphan = proctorWorker(["--runtime", "local", "--name", "orphan", "--work-dir", join(root, "work-orphan")], { PROCTOR_QUEUE_URL: own.url });
+    try {
+      await until("the worker joined", () => orphan.output().includes("worker orphan ready"));
+    } finally {
+      await own.stop();
+    }
+    await until("the worker saw Redis go", () => orphan.output().includes("is unreachable"));
+    const away = await stopTimed(orphan);
+    expect(away.code, orphan.output()).toBe(0);
+    expect(away.ms, orphan.output()).toBeLessThan(5000);
+    expect(orphan.output()).toContain("SIGTERM: draining: no new trials; 0 running trial(s) finish, then the worker exits\nworker orphan stopped\n");
+  });
+
+  test("SIGTERM while Redis is away and a trial runs: the trial finishes, its result waits for Redis, then the worker exits 0", async () => {
+    const gate = join(root, "gate-away");
+    const tasks = await gatedTasks(join(root, "tasks-away"), 1, gate);
+    const own = await startRedisServer({ appendOnly: true });
+    try {
+      const worker = proctorWorker(["--runtime", "local", "--name", "patient", "--work-dir", join(root, "work-patient")], { PROCTOR_QUEUE_URL: own.url });
+      await until("the worker joined", () => worker.output().includes("worker patient ready"));
+      const run = await queuedRun(tasks, "away", own.url);
+      await until("the trial started", () => worker.output().includes("status=started"));
+      await own.restart({
+        whileDown: async () => {
+          await until("the worker saw Redis go", () => worker.output().includes("is unreachable"));
+          worker.child.kill("SIGTERM");
+          await until("the worker says it drains", () => worker.output().includes("SIGTERM: draining: no new trials; 1 running trial(s) finish"));
+          await writeFile(gate, "");
+          await new Promise((r) => setTimeout(r, 2000)); // the trial ends; its result waits for Redis
+          expect(worker.child.exitCode).toBeNull();
+        },
+      });
+      expect(await worker.exited, worker.output()).toBe(0);
+      expect(worker.output()).toMatch(/trial=gated-1__1 run=away worker=patient task=gated-1 status=passed reward=1/);
+      expect((await run.done).trials).toMatchObject({ total: 1, passed: 1 });
+    } finally {
+      await own.stop();
+    }
   });
 });
 

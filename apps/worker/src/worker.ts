@@ -1,7 +1,9 @@
 import { hostname, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import {
+  checkQueueReachable,
   parseQueueUrl,
+  QueueUnreachableError,
   QueueUrlError,
   startWorker,
   startWorkerStatusServer,
@@ -60,6 +62,14 @@ export async function runWorker(config: WorkerConfig, options: RunWorkerOptions 
     queue = parseQueueUrl(config.queue).display;
   } catch (error) {
     if (error instanceof QueueUrlError) throw new WorkerError(error.message.replace(/^--queue: /, "--queue (or PROCTOR_QUEUE_URL): "), 2, { cause: error });
+    throw error;
+  }
+  // Asked once before joining: joining a Redis that is not there would wait for it with no word.
+  // Outages after a good start are waited out (and a drain with nothing running does not wait).
+  try {
+    await checkQueueReachable(config.queue);
+  } catch (error) {
+    if (error instanceof QueueUnreachableError) throw new WorkerError(error.message.replace(/ or fix --queue$/, " or fix --queue (or PROCTOR_QUEUE_URL)"), 3, { cause: error });
     throw error;
   }
   const logger = lineLogger(say, Boolean(process.env.PROCTOR_DEBUG));

@@ -143,6 +143,16 @@ describe("engine on the local runtime", () => {
     expect(summary).toMatchObject({ trials: { errored: 1, passed: 0 }, errorsByKind: { verifier: 1 } });
   });
 
+  test("tests that write no reward because bash stopped on them: the error quotes their stderr's line, and says the exit code", async () => {
+    const dir = await writeTasks(join(root.path, "no-reward-why"), {
+      "syntax-error": { instruction: "Anything.", test: 'if [ -f x ]; then\n  echo "x is there"\nmkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt', solve: "true" },
+    });
+    const summary = await run({ runId: "no-reward-why", tasks: await load(dir), agent: { kind: "oracle" } }).done;
+    expect(summary).toMatchObject({ trials: { errored: 1 }, errorsByKind: { verifier: 1 } });
+    const [result] = await readResultsFile(join(root.path, "runs", "no-reward-why"));
+    expect(result?.error?.message).toMatch(/^the verifier wrote no reward \(exit 2; test-stderr\.txt: "\S*tests\/test\.sh: line \d+: syntax error: unexpected end of file"\): neither /);
+  });
+
   test("an agent timeout kills its background job, and the verifier still runs", async () => {
     const agentDir = await writeAgent(root.path, "lingerer", LINGERER);
     const task = adversarial.filter((t) => t.id === "late-worker");

@@ -115,6 +115,7 @@ export async function checkQueueReachable(url: string, timeoutMs = 5000): Promis
     const reason = (first ?? (error instanceof Error ? error : null))?.message ?? String(error);
     throw new QueueUnreachableError(`Redis at ${target.display} does not answer (${reason}): start it (redis-server --port ${target.port} --appendonly yes) or fix --queue`, { cause: error });
   } finally {
-    redis.disconnect();
+    // A connection that failed has ended; disconnecting it again would leave a 2 s timer holding the process.
+    if (redis.status !== "end") redis.disconnect();
   }
 }

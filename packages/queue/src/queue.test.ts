@@ -187,3 +187,23 @@ describe("bundles", () => {
     expect(existsSync(join(root, "tamper-cache", bundle.sha256))).toBe(false);
   });
 });
+
+describe("a worker's drain", () => {
+  test("with nothing running it ends at once, also after Redis went away (nothing is left that needs Redis)", async () => {
+    const up = await startWorker({ url: redis.url, runtime, concurrency: 1, workDir: join(root, "worker-idle"), name: "idle" });
+    let started = Date.now();
+    await up.drain();
+    expect(Date.now() - started).toBeLessThan(2000);
+
+    const own = await startRedisServer();
+    const lines: string[] = [];
+    const logger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: (m: string) => void lines.push(m) };
+    const orphan = await startWorker({ url: own.url, runtime, concurrency: 1, workDir: join(root, "worker-orphan"), name: "orphan", logger });
+    await own.stop();
+    while (!lines.some((l) => l.includes("is unreachable"))) await new Promise((r) => setTimeout(r, 50));
+    started = Date.now();
+    await Promise.race([orphan.drain(), new Promise((_, fail) => setTimeout(() => fail(new Error("the drain still waits for Redis after 10 s")), 10_000))]);
+    expect(Date.now() - started).toBeLessThan(2000);
+    await orphan.closed;
+  });
+});

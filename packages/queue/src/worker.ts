@@ -97,6 +97,8 @@ const EVENT_FLUSH_MS = 50;
 const BEAT_COALESCE_MS = 250;
 /** Big artifacts (a trial's logs) are gzipped fast: they cross Redis once and are unpacked once. */
 const ARTIFACT_GZIP = { level: 1 };
+/** A drain waits this long at most for a Redis write that is only bookkeeping (its last heartbeat, leaving the registry). */
+const DRAIN_REDIS_MS = 1000;
 /** Runs trial jobs from the queue with the engine's own trial pipeline, and beats its heart in Redis. */
 export async function startWorker(options: QueueWorkerOptions): Promise<QueueWorkerHandle> {
   if (!Number.isInteger(options.concurrency) || options.concurrency < 1) throw new Error(`--concurrency must be a whole number >= 1, got ${options.concurrency}`);
@@ -120,6 +122,10 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
   const repoCache = new RepoCache(join(options.workDir, "repos"), { logger });
   const stop = new AbortController(); // only a forced stop aborts running trials
   const running = new Set<string>();
+  // Jobs in the processor, from before their trial starts until its result went out (or it failed).
+  let inFlight = 0;
+  const idleWaiters: Array<() => void> = [];
+  const idle = () => (inFlight === 0 ? Promise.resolve() : new Promise<void>((done) => idleWaiters.push(done)));
   let finished = 0;
   let draining = false;
   const startedAt = new Date().toISOString();
@@ -223,6 +229,14 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
   };
 
   const processor = async (job: Job): Promise<{ trialId: string } | { skipped: true }> => {
+    inFlight++;
+    try {
+      return await runJob(job);
+    } finally {
+      if (--inFlight === 0) for (const done of idleWaiters.splice(0)) done();
+    }
+  };
+  const runJob = async (job: Job): Promise<{ trialId: string } | { skipped: true }> => {
     const parsed = TrialJob.safeParse(job.data);
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
@@ -360,23 +374,33 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
   const runningWorker = worker.run();
   logger.info("worker started", { name, id, queue: target.display, runtime: runtime.name, concurrency: options.concurrency });
 
+  /** Waits for a write that is only bookkeeping: DRAIN_REDIS_MS at most, and not at all while Redis is away. */
+  const bookkeeping = (write: Promise<unknown>): Promise<unknown> => (outage.down ? Promise.resolve() : within(write, DRAIN_REDIS_MS));
   let closing: Promise<void> | null = null;
   let resolveClosed!: () => void;
   const closed = new Promise<void>((r) => (resolveClosed = r));
   const drain = (): Promise<void> => {
     closing ??= (async () => {
       draining = true;
-      await beatNow();
+      await bookkeeping(beatNow());
       logger.info("worker draining: no new trials; waiting for the running ones", { name, running: running.size });
-      await worker.close();
-      await runningWorker.catch(() => undefined);
+      // With Redis away, BullMQ's close would wait for it forever (its QUIT, and a blocking connection
+      // that never ends while it waits to reconnect): no new fetch, the trials in flight finish and
+      // send their results (those wait for Redis), and with none left nothing needs Redis.
+      if (outage.down) {
+        await worker.pause(true);
+        await idle();
+      }
+      const away = outage.down && inFlight === 0;
+      await worker.close(away);
+      if (!away) await runningWorker.catch(() => undefined); // else its job fetch waits for Redis
       clearInterval(heart);
       if (beatTimer) clearTimeout(beatTimer);
       flushEvents();
       clearInterval(reaper);
       await closeHeldAgents();
       await options.runtime.drain?.().catch((error: unknown) => logger.warn("removing sandboxes failed", { error: (error as Error).message }));
-      await forget(redis, prefix, id).catch(() => undefined);
+      await bookkeeping(forget(redis, prefix, id).catch(() => undefined)); // else its heartbeat expires
       redis.disconnect();
       logger.info("worker stopped", { name, finished });
       resolveClosed();
@@ -384,6 +408,13 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
     return closing;
   };
   return { id, name, drain, closed };
+}
+
+/** `promise`'s value, or undefined once `ms` passed without one (the promise runs on). */
+function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<undefined>((done) => (timer = setTimeout(() => done(undefined), ms)));
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 /** The Docker daemon's ID as `docker-<ID>` when the API tells it, else the host name. */

@@ -1,4 +1,7 @@
 import { describe, expect, test } from "vitest";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { Writable } from "node:stream";
 import type { EventBody, ProctorEvent, TrialResult } from "@proctor/schema";
 import { createProgress } from "./progress";
@@ -74,5 +77,37 @@ describe("progress in lines mode (CI, pipes)", () => {
     const tampered = { isolation: "shared" as const, tamperChecked: true, tampered: ["/usr/bin/python3"], survivors: [{ pid: 7, ppid: 1, command: "sshd -D", ports: [22] }], flagged: false, note: null };
     p.onEvent(ev({ type: "trial_finished", trialId: "e__1", taskId: "e", data: result("e__1", { status: "error", reward: 0, error: { kind: "agent", message: "tampered: /usr/bin/python3\nmore detail" }, agent: { exitCode: null, timedOut: true }, integrity: tampered }) }));
     expect(lines.at(-1)).toMatch(/^\[2\/3\] ERROR e__1 reward=0 10s — agent error: tampered: \/usr\/bin\/python3; agent timed out; survivors: 1 \(sshd\) \(/);
+  });
+  test("a line names the verifier log that holds something: test-stderr.txt when stdout is empty; none for an outcome showLog says is expected", async () => {
+    const runDir = await mkdtemp(join(tmpdir(), "proctor-progress-"));
+    try {
+      for (const [id, stdout, stderr] of [["quiet", "", "test.sh: line 3: syntax error: unexpected end of file\n"], ["talks", "FAIL: x\n", ""]] as const) {
+        await mkdir(join(runDir, "trials", `${id}__1`, "verifier"), { recursive: true });
+        await writeFile(join(runDir, "trials", `${id}__1`, "verifier", "test-stdout.txt"), stdout);
+        await writeFile(join(runDir, "trials", `${id}__1`, "verifier", "test-stderr.txt"), stderr);
+      }
+      const { stream, lines } = sink();
+      const p = createProgress(stream, { tty: false, timer: false, runDir, showLog: (r) => r.reward !== 0 });
+      p.onEvent(ev({ type: "run_started", data: { runId: "r", totalTrials: 3, tasks: 3, attempts: 1, concurrency: 1, runtime: "local", skipped: 0 } }));
+      p.onEvent(ev({ type: "trial_finished", trialId: "quiet__1", taskId: "quiet", data: result("quiet__1", { status: "error", reward: null, error: { kind: "verifier", message: "the verifier wrote no reward" } }) }));
+      expect(lines.at(-1)).toContain(`; verifier log ${join(runDir, "trials", "quiet__1", "verifier", "test-stderr.txt")} (`);
+      p.onEvent(ev({ type: "trial_finished", trialId: "talks__1", taskId: "talks", data: result("talks__1", { status: "failed", reward: 0.5 }) }));
+      expect(lines.at(-1)).toContain(`; verifier log ${join(runDir, "trials", "talks__1", "verifier", "test-stdout.txt")} (`);
+      p.onEvent(ev({ type: "trial_finished", trialId: "talks__1", taskId: "talks", data: result("talks__1", { status: "failed", reward: 0 }) }));
+      expect(lines.at(-1)).toMatch(/^\[3\/3\] FAIL talks__1 reward=0 10s — reward 0; agent exit 0 \(passed/);
+    } finally {
+      await rm(runDir, { recursive: true, force: true });
+    }
+  });
+
+  test("an error message is shown whole; a very long one is cut at a word, never mid-word", () => {
+    const { stream, lines } = sink();
+    const p = createProgress(stream, { tty: false, timer: false });
+    p.onEvent(ev({ type: "run_started", data: { runId: "r", totalTrials: 2, tasks: 2, attempts: 1, concurrency: 1, runtime: "local", skipped: 0 } }));
+    const own = `the verifier wrote no reward (exit 2; test-stderr.txt: "/tests/test.sh: line 7: syntax error: unexpected end of file"): neither /logs/verifier/reward.json nor /logs/verifier/reward.txt exists; tests/test.sh must write "1", "0" or a number to reward.txt, or {"reward": <number>} to reward.json`;
+    p.onEvent(ev({ type: "trial_finished", trialId: "a__1", taskId: "a", data: result("a__1", { status: "error", reward: null, error: { kind: "verifier", message: own } }) }));
+    expect(lines.at(-1)).toContain(`— verifier error: ${own}; agent exit 0 (`);
+    p.onEvent(ev({ type: "trial_finished", trialId: "b__1", taskId: "b", data: result("b__1", { status: "error", reward: null, error: { kind: "infra", message: "daemon said ".concat("lengthy ".repeat(100)) } }) }));
+    expect(lines.at(-1)).toMatch(/— infra error: daemon said (lengthy )+lengthy\.\.\.; agent exit 0 \(/);
   });
 });

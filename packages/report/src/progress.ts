@@ -1,10 +1,10 @@
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { isAbsolute, join, relative } from "node:path";
 import cliProgress from "cli-progress";
 import { isCleanPass, type ProctorEvent, type TrialResult } from "@proctor/schema";
 import { trialFlags } from "./model";
 import { EtaEstimator } from "./eta";
-import { formatDuration } from "./text";
+import { clipAtWord, formatDuration } from "./text";
 
 export interface ProgressReporter {
   onEvent(event: ProctorEvent): void;
@@ -18,6 +18,11 @@ export interface ProgressOptions {
   tty?: boolean;
   /** The run directory, for the paths of verifier logs. */
   runDir?: string;
+  /**
+   * Whether a trial's line names its log (default: every trial that did not pass). `proctor tasks
+   * validate` names none for the outcome it expects (nop scoring 0), whose logs it does not keep.
+   */
+  showLog?: (r: TrialResult) => boolean;
   /**
    * Lines mode: the most often a status line or a build's progress line is printed, in ms
    * (default 20 s). Bar mode redraws every second.
@@ -41,14 +46,15 @@ interface Build {
 }
 
 const MAX_LINE = 240;
+/** A trial's error message is Proctor's own one-line sentence: shown whole up to this. */
+const MAX_ERROR = 600;
 
 function statusWord(status: string): string {
   return status === "passed" ? "PASS" : status === "failed" ? "FAIL" : "ERROR";
 }
 
 function clip(text: string, max = MAX_LINE): string {
-  const first = text.split("\n")[0] ?? "";
-  return first.length > max ? `${first.slice(0, max - 3)}...` : first;
+  return clipAtWord(text.split("\n")[0] ?? "", max);
 }
 
 /** Built images are tagged with a 64-digit content hash; 12 digits tell them apart on screen. */
@@ -66,7 +72,7 @@ function shownPath(path: string): string {
 function trialWhy(r: TrialResult): string {
   const parts: string[] = [];
   const c = r.competition;
-  if (r.error) parts.push(`${r.error.kind} error: ${clip(r.error.message)}`);
+  if (r.error) parts.push(`${r.error.kind} error: ${clip(r.error.message, MAX_ERROR)}`);
   else if (c) parts.push(c.valid ? `score ${c.score} ${c.metric}, ${c.medal ?? "no"} medal` : `invalid submission: ${clip(c.note ?? "")}`);
   else if (r.status !== "passed") parts.push(`reward ${r.reward ?? "-"}`);
   if (r.agent) parts.push(r.agent.timedOut ? "agent timed out" : `agent exit ${r.agent.exitCode ?? "-"}`);
@@ -76,13 +82,23 @@ function trialWhy(r: TrialResult): string {
   return parts.join("; ");
 }
 
-/** Where to look next: the verifier's output when there is one, else the trial directory. */
+/** Where to look next: the verifier's output when there is one (its stderr when only that holds anything), else the trial directory. */
 function trialLogHint(runDir: string, trialId: string): string {
   const log = join(runDir, "trials", trialId, "verifier", "test-stdout.txt");
+  const errLog = join(runDir, "trials", trialId, "verifier", "test-stderr.txt");
+  if (existsSync(log) && sizeOf(log) === 0 && sizeOf(errLog) > 0) return `verifier log ${shownPath(errLog)}`;
   if (existsSync(log)) return `verifier log ${shownPath(log)}`;
   const grader = join(runDir, "trials", trialId, "verifier", "grade-stdout.txt");
   if (existsSync(grader)) return `grader log ${shownPath(grader)}`;
   return `no verifier log; trial dir ${shownPath(join(runDir, "trials", trialId))}`;
+}
+
+function sizeOf(path: string): number {
+  try {
+    return statSync(path).size;
+  } catch {
+    return 0;
+  }
 }
 
 /**
@@ -157,7 +173,7 @@ export function createProgress(stream: NodeJS.WritableStream & { isTTY?: boolean
     const reward = r.reward === null ? "-" : String(r.reward);
     const head = `[${counts.done}/${counts.total}] ${statusWord(r.status)} ${r.trialId} reward=${reward} ${formatDuration(r.durationMs)}`;
     const why = trialWhy(r);
-    const where = r.status !== "passed" && options.runDir ? `; ${trialLogHint(options.runDir, r.trialId)}` : "";
+    const where = r.status !== "passed" && options.runDir && (options.showLog?.(r) ?? true) ? `; ${trialLogHint(options.runDir, r.trialId)}` : "";
     const detail = r.status !== "passed" || trialFlags(r).length > 0 ? ` — ${why}${where}` : "";
     return `${head}${detail}`;
   };

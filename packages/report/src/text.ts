@@ -1,6 +1,14 @@
 import type { Interval } from "@proctor/reward";
 import type { ComparisonReport, FlakyReport, RunReport } from "./model";
 
+/** `text` whole when it fits in `max` characters, else cut at the last word that fits, with "..." (never mid-word, unless one word is longer than half of `max`). */
+export function clipAtWord(text: string, max: number): string {
+  if (text.length <= max) return text;
+  const cut = text.slice(0, max - 3);
+  const space = cut.lastIndexOf(" ");
+  return `${(space > max / 2 ? cut.slice(0, space) : cut).replace(/[\s,;:]+$/, "")}...`;
+}
+
 export function percent(value: number | null | undefined): string {
   return value === null || value === undefined ? "-" : `${(value * 100).toFixed(1)}%`;
 }

@@ -22,6 +22,14 @@ describe("validationProblems", () => {
     expect(validationProblems({ nop: error })).toEqual(["oracle did not run", "nop error (infra: daemon gone)"]);
   });
 
+  it("an error's message is shown whole, not cut off mid-word; only a very long one is cut, at a word", () => {
+    const own = `the verifier wrote no reward (exit 2; test-stderr.txt: "/tests/test.sh: line 7: syntax error: unexpected end of file"): neither /logs/verifier/reward.json nor /logs/verifier/reward.txt exists; tests/test.sh must write "1", "0" or a number to reward.txt, or {"reward": <number>} to reward.json`;
+    const error = trial("error", { error: { kind: "verifier", message: own } });
+    expect(validationProblems({ oracle: error, nop: error })).toEqual([`oracle error (verifier: ${own})`, `nop error (verifier: ${own})`]);
+    const long = trial("error", { error: { kind: "infra", message: "word ".repeat(200) } });
+    expect(validationProblems({ oracle: long, nop: trial("failed") })[0]).toMatch(/^oracle error \(infra: (word )+word\.\.\.\)$/);
+  });
+
   it("names the failing checks of the oracle and the passing checks of nop", () => {
     const oracle = trial("failed", { reward: 0, checks: [check("a", true), check("b", false, 2), check("c", false, null, true)] });
     const nop = trial("passed", { reward: 1, checks: [check("a", true), check("b", false)] });

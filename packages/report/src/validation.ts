@@ -1,5 +1,6 @@
 import type { TrialResult } from "@proctor/schema";
 import type { FirstFailure } from "./failure";
+import { clipAtWord } from "./text";
 
 // `proctor tasks validate`: a task is valid when the oracle passes (SWE-bench: resolves) and nop
 // scores 0 without an error. These name what broke, with the failing tests or checks.
@@ -10,9 +11,9 @@ function listed(ids: readonly string[]): string {
   return ids.length > MAX_NAMED ? `${ids.slice(0, MAX_NAMED).join(", ")} and ${ids.length - MAX_NAMED} more` : ids.join(", ");
 }
 
+/** An error message's first line: whole (Proctor's own messages are one sentence), a very long one cut at a word. */
 function firstLine(text: string): string {
-  const line = text.split("\n")[0] ?? "";
-  return line.length > 200 ? `${line.slice(0, 197)}...` : line;
+  return clipAtWord(text.split("\n")[0] ?? "", 600);
 }
 
 /** What went wrong with the oracle's trial, naming the tests (or checks) that failed. */

@@ -12,13 +12,46 @@ export class RewardError extends Error {
  */
 export class MissingRewardError extends RewardError {
   override name = "MissingRewardError";
-  constructor(readonly files: readonly string[], options?: { cause?: unknown }) {
+  constructor(
+    readonly files: readonly string[],
+    /** `because`: why, said right after "no reward" (see noRewardMessage). */
+    options?: { cause?: unknown; because?: string },
+  ) {
     super(
-      `the verifier wrote no reward: neither ${files.join(" nor ")} exists; ` +
+      `the verifier wrote no reward${options?.because ? ` (${options.because})` : ""}: neither ${files.join(" nor ")} exists; ` +
         `tests/test.sh must write "1", "0" or a number to reward.txt, or {"reward": <number>} to reward.json`,
-      options,
+      options?.cause === undefined ? undefined : { cause: options.cause },
     );
   }
+}
+
+/** The longest stderr line quoted in a message. */
+const MAX_REASON = 200;
+
+/**
+ * The line of the tests' stderr that most likely says why they wrote no reward: bash's syntax
+ * error, else a `$'\r': command not found` (CRLF line endings), else the last line; null when
+ * stderr holds nothing. Long lines are cut at a word.
+ */
+export function stderrReason(stderr: string): string | null {
+  const lines = stderr.split("\n").map((l) => l.replace(/\s+/g, " ").trim()).filter((l) => l !== "");
+  const line = lines.find((l) => /syntax error/.test(l)) ?? lines.find((l) => l.includes("$'\\r'")) ?? lines.at(-1);
+  if (line === undefined) return null;
+  if (line.length <= MAX_REASON) return line;
+  const cut = line.slice(0, MAX_REASON - 3);
+  const space = cut.lastIndexOf(" ");
+  return `${space > MAX_REASON / 2 ? cut.slice(0, space) : cut}...`;
+}
+
+/**
+ * What a trial's verifier error says when the tests wrote no reward: the exit code and, when the
+ * tests wrote to stderr, the line that says why (their stdout is often empty then: a syntax error
+ * or CRLF line endings stop bash before the first echo).
+ */
+export function noRewardMessage(error: MissingRewardError, exitCode: number, stderr: string): string {
+  const why = stderrReason(stderr);
+  if (why === null) return `${error.message}${exitCode !== 0 ? ` (the verifier exited with ${exitCode})` : ""}`;
+  return new MissingRewardError(error.files, { because: `exit ${exitCode}; test-stderr.txt: "${why}"` }).message;
 }
 
 /**

@@ -1,4 +1,4 @@
-export { RewardError, MissingRewardError, GarbledRewardError, NoTestsToGradeError } from "./errors";
+export { RewardError, MissingRewardError, GarbledRewardError, NoTestsToGradeError, noRewardMessage, stderrReason } from "./errors";
 export { parseReward, isPass } from "./parse";
 export type { RewardFiles, ParsedReward } from "./parse";
 export { summarize, passAtK, latestResults, scoredReward, UNCATEGORIZED, UNKNOWN_DIFFICULTY } from "./summary";

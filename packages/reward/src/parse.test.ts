@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { GarbledRewardError, MissingRewardError, RewardError } from "./errors";
+import { GarbledRewardError, MissingRewardError, noRewardMessage, RewardError, stderrReason } from "./errors";
 import { isPass, parseReward } from "./parse";
 
 function garbled(files: { json: string | null; txt: string | null }): GarbledRewardError {
@@ -121,6 +121,26 @@ describe("missing reward", () => {
   it("throws MissingRewardError when both files are absent, never a fallback", () => {
     expect(() => parseReward({ json: null, txt: null })).toThrow(MissingRewardError);
     expect(() => parseReward({ json: null, txt: null })).toThrow(/neither reward\.json nor reward\.txt exists/);
+  });
+
+  const missing = new MissingRewardError(["/logs/verifier/reward.json", "/logs/verifier/reward.txt"]);
+  const rest = 'neither /logs/verifier/reward.json nor /logs/verifier/reward.txt exists; tests/test.sh must write "1", "0" or a number to reward.txt, or {"reward": <number>} to reward.json';
+
+  it("the message names the line of the tests' stderr that says why: bash's syntax error, CRLF's \\r, else the last line", () => {
+    expect(noRewardMessage(missing, 2, "/tests/test.sh: line 7: syntax error: unexpected end of file\n")).toBe(
+      `the verifier wrote no reward (exit 2; test-stderr.txt: "/tests/test.sh: line 7: syntax error: unexpected end of file"): ${rest}`,
+    );
+    expect(stderrReason("/tests/test.sh: line 2: $'\\r': command not found\nmkdir: cannot create directory\n")).toBe("/tests/test.sh: line 2: $'\\r': command not found");
+    expect(stderrReason("warning: x\n/tests/test.sh: line 9: syntax error near unexpected token `fi'\nmore\n")).toBe("/tests/test.sh: line 9: syntax error near unexpected token `fi'");
+    expect(stderrReason("+ cd /app\npython3: can't open file '/tests/run.py': [Errno 2] No such file or directory\n\n")).toBe("python3: can't open file '/tests/run.py': [Errno 2] No such file or directory");
+  });
+
+  it("without stderr the message is as before; a long stderr line is cut at a word", () => {
+    expect(noRewardMessage(missing, 0, "")).toBe(`the verifier wrote no reward: ${rest}`);
+    expect(noRewardMessage(missing, 1, " \n")).toBe(`the verifier wrote no reward: ${rest} (the verifier exited with 1)`);
+    const long = stderrReason(`error: ${"word ".repeat(100)}`) ?? "";
+    expect(long.length).toBeLessThanOrEqual(200);
+    expect(long).toMatch(/^error: (word )+word\.\.\.$/);
   });
 });
 

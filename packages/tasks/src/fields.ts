@@ -144,3 +144,35 @@ export function parseSizeMb(text: string): number | null {
   const mb = Math.ceil(Number(amount) * (MB_PER_UNIT[unit.toLowerCase()] ?? Number.NaN));
   return Number.isFinite(mb) && mb > 0 ? mb : null;
 }
+
+/**
+ * The name among `names` that a mistyped `word` most likely meant: the nearest by edit distance
+ * (letters added, dropped, changed or swapped; case ignored) when it is close for the word's
+ * length, or a name the word begins (`timeout` for `timeout_sec`); undefined when none is.
+ */
+export function nearestName(word: string, names: readonly string[]): string | undefined {
+  const w = word.toLowerCase();
+  let best: string | undefined;
+  let bestDistance = Number.POSITIVE_INFINITY;
+  for (const name of names) {
+    const d = editDistance(w, name.toLowerCase());
+    if (d < bestDistance) [best, bestDistance] = [name, d];
+  }
+  if (best !== undefined && bestDistance <= Math.max(1, Math.floor(w.length / 3))) return best;
+  return w.length >= 4 ? names.find((name) => name.toLowerCase().startsWith(w)) : undefined;
+}
+
+/** Optimal string alignment distance: insertions, deletions, substitutions and adjacent swaps. */
+function editDistance(a: string, b: string): number {
+  const rows = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      const row = rows[i] as number[];
+      const up = rows[i - 1] as number[];
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      row[j] = Math.min((up[j] as number) + 1, (row[j - 1] as number) + 1, (up[j - 1] as number) + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) row[j] = Math.min(row[j] as number, ((rows[i - 2] as number[])[j - 2] as number) + 1);
+    }
+  }
+  return (rows[a.length] as number[])[b.length] as number;
+}

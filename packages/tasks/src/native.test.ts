@@ -30,7 +30,7 @@ gpus = 1
 allow_internet = true
 workdir = "/work"
 env = { LANG = "C.UTF-8" }
-shm_size = "1g"
+mcp_servers = []
 
 [solution]
 env = { X = "1" }
@@ -90,7 +90,7 @@ describe("loadNativeTask", () => {
         version: "1.0",
         source: "hand-written",
         metadata: { author_name: "Ada" },
-        environment: { shm_size: "1g" },
+        environment: { mcp_servers: [] },
         solution: { env: { X: "1" } },
       },
     });
@@ -179,6 +179,134 @@ network_mode = "overlay"
     const { dir, errors } = await load(nativeFiles({ "task.toml": "[agent]\ntimeout_sec = = 3\n" }));
     expect(errors).toHaveLength(1);
     expect(errors[0]?.message).toMatch(new RegExp(`^${join(dir, "task.toml")}: is not valid TOML \\(line 2, column \\d+\\)`));
+  });
+
+  test("a key or section the loader does not know is refused, naming the nearest known one", async () => {
+    const { dir, task, errors } = await load(
+      nativeFiles({
+        "task.toml": `verison = "1.0"
+[agent]
+timeout_secs = 60
+timeout = 60
+[verifer]
+timeout_sec = 60
+[environment]
+docker_imgae = "proctor/base:bookworm"
+shm_size = "1g"
+[solution]
+envs = { X = "1" }
+[tests]
+x = 1
+`,
+      }),
+    );
+    expect(task).toBeNull();
+    const file = join(dir, "task.toml");
+    expect(errors.map((e) => e.message)).toEqual([
+      `${file}: unknown top-level key "verison" (did you mean "version"?)`,
+      `${file}: unknown section [verifer] (did you mean [verifier]?)`,
+      `${file}: unknown section [tests] (the sections are [metadata], [agent], [verifier], [environment] and [solution])`,
+      `${file}: [agent] has no key "timeout_secs" (did you mean "timeout_sec"?)`,
+      `${file}: [agent] has no key "timeout" (did you mean "timeout_sec"?)`,
+      `${file}: [environment] has no key "docker_imgae" (did you mean "docker_image"?)`,
+      `${file}: [environment] has no key "shm_size" (it takes docker_image, build_timeout_sec, cpus, memory_mb, storage_mb, gpus, allow_internet, network_mode, workdir, env, memory, storage)`,
+      `${file}: [solution] has no key "envs" (did you mean "env"?)`,
+    ]);
+    expect(errors[3]).toMatchObject({ field: "[agent].timeout_secs", taskId: "my-task" });
+  });
+
+  test("what Harbor and Terminal-Bench 2 task.toml files carry still loads; [metadata] and [task] are free-form", async () => {
+    // As Harbor's registry serves a TB2 task, and as the terminal-bench-2 repository writes one.
+    const registry = `schema_version = "1.1"
+artifacts = []
+
+[task]
+name = "terminal-bench/extract-elf"
+description = "Parse an ELF file."
+keywords = ["file-operations"]
+[[task.authors]]
+name = "Ada"
+email = "ada@example.com"
+
+[metadata]
+author_name = "Ada"
+author_email = "ada@example.com"
+difficulty = "medium"
+category = "file-operations"
+tags = []
+expert_time_estimate_min = 30.0
+junior_time_estimate_min = 240.0
+anything_the_author_likes = { nested = true }
+
+[verifier]
+timeout_sec = 900.0
+user = "root"
+
+[agent]
+timeout_sec = 900.0
+
+[environment]
+build_timeout_sec = 600.0
+docker_image = "alexgshaw/extract-elf:20251031"
+cpus = 1
+memory_mb = 2048
+storage_mb = 10240
+gpus = 0
+allow_internet = true
+mcp_servers = []
+os = "linux"
+
+[verifier.env]
+
+[environment.env]
+
+[solution.env]
+`;
+    const repo = `version = "1.0"
+
+[metadata]
+author_name = "Ada"
+author_email = "ada@example.com"
+difficulty = "hard"
+category = "software-engineering"
+tags = ["c"]
+
+[verifier]
+timeout_sec = 900.0
+
+[agent]
+timeout_sec = 900.0
+
+[environment]
+build_timeout_sec = 600.0
+docker_image = "alexgshaw/x:20251031"
+cpus = 1
+memory = "2G"
+storage = "10G"
+`;
+    for (const toml of [registry, repo]) {
+      const { task, errors } = await load(nativeFiles({ "task.toml": toml }));
+      expect(errors.map((e) => e.message)).toEqual([]);
+      expect(task?.agent.timeoutSec).toBe(900);
+      expect(task?.environment.memoryMb).toBe(2048);
+    }
+    const { task } = await load(nativeFiles({ "task.toml": registry }));
+    expect(task?.extra).toMatchObject({ schema_version: "1.1", artifacts: [], task: { name: "terminal-bench/extract-elf" }, metadata: { author_name: "Ada", expert_time_estimate_min: 30 }, verifier: { user: "root" }, environment: { mcp_servers: [], os: "linux" }, solution: { env: {} } });
+  });
+
+  test("CRLF line endings in tests/test.sh (or solution/solve.sh) are an error saying so, not a syntax error at run time", async () => {
+    const { dir, task, errors } = await load(
+      nativeFiles({
+        "tests/test.sh": script("#!/bin/bash\r\nmkdir -p /logs/verifier\r\necho 1 > /logs/verifier/reward.txt\r\n"),
+        "solution/solve.sh": script("#!/bin/bash\r\necho hi > hello.txt\r\n"),
+      }),
+    );
+    expect(task).toBeNull();
+    expect(errors.map((e) => e.message)).toEqual([
+      `${dir}: CRLF line endings in tests/test.sh: bash reads each line's "\\r" as part of the command (a syntax error, or "$'\\r': command not found"); convert it to LF line endings (dos2unix tests/test.sh, or sed -i 's/\\r$//' tests/test.sh)`,
+      `${dir}: CRLF line endings in solution/solve.sh: bash reads each line's "\\r" as part of the command (a syntax error, or "$'\\r': command not found"); convert it to LF line endings (dos2unix solution/solve.sh, or sed -i 's/\\r$//' solution/solve.sh)`,
+    ]);
+    expect(errors[0]).toMatchObject({ field: "tests/test.sh", taskId: "my-task" });
   });
 
   test("a section that is not a table is reported", async () => {

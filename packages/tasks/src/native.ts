@@ -1,3 +1,4 @@
+import { open } from "node:fs/promises";
 import { basename, join, resolve } from "node:path";
 import { parse as parseToml, TomlError } from "smol-toml";
 import {
@@ -8,7 +9,7 @@ import {
   type TaskSpec,
 } from "@proctor/schema";
 import { checkTaskId, finish, readText, type LoadedTask, type LoaderOptions } from "./common";
-import { describe, displayPath, extraFields, fail, isTable, kinds, parseSizeMb, Section, stringOrList, type Report } from "./fields";
+import { describe, displayPath, extraFields, fail, isTable, kinds, nearestName, parseSizeMb, Section, stringOrList, type Report } from "./fields";
 import { isDir, isFile } from "./tree";
 
 /** The verifier command of a native task; the runtime sets PROCTOR_TESTS_DIR (/tests in Docker). */
@@ -17,6 +18,30 @@ export const NATIVE_TEST_COMMAND = 'bash "$PROCTOR_TESTS_DIR/test.sh"';
 export const NATIVE_SOLUTION_COMMAND = 'bash "$PROCTOR_SOLUTION_DIR/solve.sh"';
 
 const NETWORK_MODES: Record<string, boolean> = { bridge: true, host: true, none: false };
+
+/**
+ * What task.toml may hold: per table, the keys this loader reads and the keys Harbor's task.toml
+ * defines that Proctor keeps in `extra` without acting on them (Terminal-Bench 2 tasks carry
+ * them). Anything else is refused: a misspelt key or table would silently leave its default.
+ * `null`: free-form ([metadata] is the author's, [task] Harbor's registry entry, [[steps]] Harbor's).
+ */
+const TOML_TABLES: Record<string, { reads: readonly string[]; harbor: readonly string[] } | null> = {
+  metadata: null,
+  agent: { reads: ["timeout_sec"], harbor: ["user", "network_mode", "allowed_hosts"] },
+  verifier: {
+    reads: ["timeout_sec", "env", "isolate_processes", "allow_changes", "outputs", "grading"],
+    harbor: ["user", "network_mode", "allowed_hosts", "environment_mode", "environment", "continuous", "collect"],
+  },
+  environment: {
+    reads: ["docker_image", "build_timeout_sec", "cpus", "memory_mb", "storage_mb", "gpus", "allow_internet", "network_mode", "workdir", "env", "memory", "storage"],
+    harbor: ["os", "gpu_types", "tpu", "allowed_hosts", "mcp_servers", "skills_dir", "healthcheck"],
+  },
+  solution: { reads: [], harbor: ["env"] },
+  task: null,
+  steps: null,
+};
+/** Top-level keys that are not tables: all Harbor's, kept in `extra`. */
+const TOML_TOP_KEYS = ["version", "schema_version", "source", "artifacts", "multi_step_reward_strategy"];
 
 /**
  * Load a native (Harbor / Terminal-Bench 2) task directory: optional task.toml, instruction.md,
@@ -44,6 +69,7 @@ export async function loadNativeTask(dir: string, _options: LoaderOptions = {}):
     }
   }
 
+  refuseUnknownKeys(tomlReport, raw);
   const sections = {
     metadata: table(tomlReport, raw, "metadata"),
     agent: table(tomlReport, raw, "agent"),
@@ -83,9 +109,12 @@ export async function loadNativeTask(dir: string, _options: LoaderOptions = {}):
   const testsDir = join(root, "tests");
   if (!(await isFile(join(testsDir, "test.sh")))) {
     fail(dirReport, "tests/test.sh is missing: a native task is verified by tests/test.sh writing /logs/verifier/reward.txt", "tests/test.sh");
+  } else {
+    await refuseCrlf(root, "tests/test.sh", dirReport);
   }
   const solutionDir = join(root, "solution");
   const solution = (await isFile(join(solutionDir, "solve.sh"))) ? { dir: solutionDir, command: NATIVE_SOLUTION_COMMAND } : null;
+  if (solution) await refuseCrlf(root, "solution/solve.sh", dirReport);
 
   const extra = extraFields(raw, sections);
 
@@ -105,6 +134,51 @@ export async function loadNativeTask(dir: string, _options: LoaderOptions = {}):
     extra,
   };
   return finish(spec, dirReport);
+}
+
+/** Records every key and table of task.toml that is neither read nor Harbor's, with the nearest known name. */
+function refuseUnknownKeys(report: Report, raw: Record<string, unknown>): void {
+  const tables = Object.keys(TOML_TABLES);
+  for (const [key, value] of Object.entries(raw)) {
+    if (Object.hasOwn(TOML_TABLES, key) || TOML_TOP_KEYS.includes(key)) continue;
+    if (isTable(value)) {
+      const near = nearestName(key, tables);
+      fail(report, `unknown section [${key}] (${near ? `did you mean [${near}]?` : "the sections are [metadata], [agent], [verifier], [environment] and [solution]"})`, `[${key}]`);
+    } else {
+      const near = nearestName(key, TOML_TOP_KEYS);
+      fail(report, `unknown top-level key "${key}" (${near ? `did you mean "${near}"?` : "settings go in [agent], [verifier] or [environment]"})`, key);
+    }
+  }
+  for (const [name, known] of Object.entries(TOML_TABLES)) {
+    const value = raw[name];
+    if (known === null || !isTable(value)) continue;
+    for (const key of Object.keys(value)) {
+      if (known.reads.includes(key) || known.harbor.includes(key)) continue;
+      const near = nearestName(key, [...known.reads, ...known.harbor]);
+      const hint = near ? `did you mean "${near}"?` : known.reads.length > 0 ? `it takes ${known.reads.join(", ")}` : `it takes ${known.harbor.join(", ")}`;
+      fail(report, `[${name}] has no key "${key}" (${hint})`, `[${name}].${key}`);
+    }
+  }
+}
+
+/** Bash reads a CRLF script's "\r" as part of each command: a syntax error or "$'\r': command not found", far from the cause. */
+async function refuseCrlf(root: string, rel: string, report: Report): Promise<void> {
+  let head: Buffer;
+  try {
+    const file = await open(join(root, rel));
+    try {
+      const buffer = Buffer.alloc(64 * 1024);
+      const { bytesRead } = await file.read(buffer, 0, buffer.length, 0);
+      head = buffer.subarray(0, bytesRead);
+    } finally {
+      await file.close();
+    }
+  } catch {
+    return; // unreadable: running it says why
+  }
+  if (head.includes("\r\n")) {
+    fail(report, `CRLF line endings in ${rel}: bash reads each line's "\\r" as part of the command (a syntax error, or "$'\\r': command not found"); convert it to LF line endings (dos2unix ${rel}, or sed -i 's/\\r$//' ${rel})`, rel);
+  }
 }
 
 function table(report: Report, raw: Record<string, unknown>, name: string): Section {

@@ -65,7 +65,8 @@ export async function validateCommand(options: ValidateOptions): Promise<number>
     for (const kind of ["oracle", "nop"] as AgentKind[]) {
       err.write(`validate: ${kind} on ${tasks.length} task(s)\n`);
       const runDir = join(root, `validate-${kind}`);
-      const progress = createProgress(err, { runDir });
+      // nop scoring 0 is what a valid task does: its line names no log (its run directory goes when every task is valid).
+      const progress = createProgress(err, { runDir, ...(kind === "nop" ? { showLog: (r: TrialResult) => !(r.status === "failed" && r.reward === 0) } : {}) });
       const handle = startRun({
         runId: `validate-${kind}`,
         runDir,

@@ -2,7 +2,7 @@ import { createHash, randomUUID } from "node:crypto";
 import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { packDirectory } from "@proctor/archive";
-import { parseReward } from "@proctor/reward";
+import { MissingRewardError, noRewardMessage, parseReward } from "@proctor/reward";
 import { CappedFile, SANDBOX_PATHS, type ExecResult } from "@proctor/sandbox";
 import { runChecks } from "./checks";
 import { CHECK_OUTPUT_BYTES, HOUSEKEEPING_MS, VERIFIER_LOG_BYTES, message, tail, throwIfAborted, type SandboxAttempt } from "../trial/context";
@@ -233,7 +233,7 @@ export async function runVerifier(attempt: SandboxAttempt, options: { testsMount
     return null;
   }
   await keepRewardCopies(trialDir, read);
-  scoreReward(read, state, await rewardFilesNamed(verifier.testsDir, verifier.command));
+  scoreReward(read, state, await rewardFilesNamed(verifier.testsDir, verifier.command), result.stderr);
   const changed = read.tests && verifier.testsDir ? await testsChanged(verifier.testsDir, read.tests) : [];
   if (changed.length > 0) {
     state.errors.unshift({ kind: "agent", message: `tampered: ${changed.join(", ")} (the tests changed while they ran)` });
@@ -327,7 +327,7 @@ async function keepRewardCopies(trialDir: string, read: RewardRead): Promise<voi
   }
 }
 
-function scoreReward(read: RewardRead, state: SandboxAttempt["state"], named: { json: boolean; txt: boolean }): void {
+function scoreReward(read: RewardRead, state: SandboxAttempt["state"], named: { json: boolean; txt: boolean }, stderr: string): void {
   // Only the reward file the task's tests write counts: another one beside it was written by
   // someone else (a program of the agent's that the tests ran).
   const unexpected = [["reward.json", read.json, named.json] as const, ["reward.txt", read.txt, named.txt] as const].filter(([, file, expected]) => !expected && file.state !== "none").map(([name]) => `${SANDBOX_PATHS.verifierLogs}/${name}`);
@@ -362,7 +362,9 @@ function scoreReward(read: RewardRead, state: SandboxAttempt["state"], named: { 
     }
     state.reward = reward;
   } catch (error) {
-    state.errors.push({ kind: "verifier", message: `${message(error)}${read.exitCode !== 0 ? ` (the verifier exited with ${read.exitCode})` : ""}` });
+    // No reward: the line of the tests' stderr that says why goes in the message (a syntax error leaves their stdout empty).
+    if (error instanceof MissingRewardError) state.errors.push({ kind: "verifier", message: noRewardMessage(error, read.exitCode, stderr) });
+    else state.errors.push({ kind: "verifier", message: `${message(error)}${read.exitCode !== 0 ? ` (the verifier exited with ${read.exitCode})` : ""}` });
   }
 }
 
