@@ -26,3 +26,6 @@ export const EXIT_INTERRUPTED = 130;
 
 /** The run stopped on an error no trial can avoid (a rejected model key, an unknown model); finished trials are kept. */
 export const EXIT_FATAL_AGENT = 4;
+
+/** `--fail-on errors|failures`: the run finished, and a trial errored (or did not pass). Apart from 1 (an unwritable run directory, an unexpected error). */
+export const EXIT_TRIALS_FAILED = 5;

@@ -85,9 +85,11 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--queue <url>", "run the trials on proctor workers through Redis (redis://HOST:PORT/DB); run dir and progress stay here")
     .option("--bundles-dir <dir>", "--queue: directory the workers share for task bundles (default <out>/.bundles)")
     .option("--json", "print summary.json on stdout", false)
+    .addOption(new Option("--fail-on <what>", "exit 5 when the run finished with a trial that errored (errors) or that did not pass (failures: failed, errored or flagged); never: exit 0 whatever the rewards").choices(["errors", "failures", "never"]).default("never"))
     .action(async (sources: string[], o) => {
       setExitCode(
         await (await import("./commands/run")).runCommand({
+          failOn: o.failOn,
           queue: o.queue,
           bundlesDir: o.bundlesDir,
           containerConfig: o.containerConfig,

@@ -1,4 +1,4 @@
-import { mkdir, open, stat } from "node:fs/promises";
+import { mkdir, open, rm, stat } from "node:fs/promises";
 import { basename, join } from "node:path";
 import type { Logger } from "@proctor/schema";
 import { extractArchive } from "@proctor/archive";
@@ -34,8 +34,15 @@ async function archiveAgentDir(dir: string): Promise<string | null> {
   return (await loadTermExecutorArchive(dir)).agentDir;
 }
 
+export interface PrepareOptions {
+  /** Called (and awaited) before the first archive is extracted: e.g. to create and lock the run directory. */
+  beforeExtract?: () => Promise<unknown>;
+  /** An earlier extraction at the same place is replaced (a resume extracts its archives again). */
+  replace?: boolean;
+}
+
 /** Archives are extracted under the run directory (input/<n>-<name>) so the run keeps what it ran. */
-export async function prepareSources(sources: string[], inputDir: string, logger: Logger): Promise<PreparedSources> {
+export async function prepareSources(sources: string[], inputDir: string, logger: Logger, options: PrepareOptions = {}): Promise<PreparedSources> {
   const taskSources: string[] = [];
   let agentDir: string | null = null;
   const archives: PreparedSources["extracted"] = [];
@@ -54,6 +61,9 @@ export async function prepareSources(sources: string[], inputDir: string, logger
     }
     if (!(await looksLikeArchive(source))) throw new UsageError(`${source}: not a directory, and not a .zip, .tar or .tar.gz archive`);
     const dest = join(inputDir, `${index}-${basename(source).replace(/[^A-Za-z0-9._-]/g, "_")}`);
+    await options.beforeExtract?.();
+    // An extraction of an earlier session of this run (complete or cut off): the archive's files now replace it.
+    if (options.replace) await rm(dest, { recursive: true, force: true });
     await mkdir(inputDir, { recursive: true });
     const extracted = await extractArchive(source, dest, undefined, { logger }).catch((error: unknown) => {
       throw new UsageError(`${source}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });

@@ -43,7 +43,15 @@ export async function buildRunConfig(input: {
   limits: Record<string, unknown> | null;
   dataset?: RunConfig["dataset"] | null;
   container?: RunConfig["container"] | null;
+  selection?: RunConfig["selection"] | null;
 }): Promise<StoredRunConfig> {
+  // Only the parts given: an unfiltered run's run.json carries no selection.
+  const given = input.selection ?? {};
+  const selection: RunConfig["selection"] = {
+    ...(given.include?.length ? { include: [...given.include] } : {}),
+    ...(given.exclude?.length ? { exclude: [...given.exclude] } : {}),
+    ...(given.tasksFile !== undefined ? { tasksFile: given.tasksFile } : {}),
+  };
   // Bounded: hashing 10,000 task dirs at once peaks at hundreds of MB for no speed gain.
   const tasks: { id: string; hash: string }[] = [];
   let next = 0;
@@ -73,13 +81,18 @@ export async function buildRunConfig(input: {
     ...(input.limits !== null ? { limits: input.limits } : {}),
     ...(input.dataset && Object.keys(input.dataset).length > 0 ? { dataset: input.dataset } : {}),
     ...(input.container && Object.keys(input.container).length > 0 ? { container: input.container } : {}),
+    ...(Object.keys(selection).length > 0 ? { selection } : {}),
   };
   return { ...config, configHash: configHash(config) };
 }
 
-/** sha256 of the canonical JSON of the config, leaving out what may change on resume (runId, concurrency). */
+/**
+ * sha256 of the canonical JSON of the config, leaving out what may change on resume (runId,
+ * concurrency) and the task selection: the tasks it picked are hashed, so a selection that picks
+ * other tasks is a change, and runs stored before the selection was recorded keep their hash.
+ */
 export function configHash(config: RunConfig): string {
-  const { runId: _runId, concurrency: _concurrency, ...rest } = config;
+  const { runId: _runId, concurrency: _concurrency, selection: _selection, ...rest } = config;
   return createHash("sha256").update(stringify(rest) ?? "").digest("hex");
 }
 
@@ -95,6 +108,10 @@ export function describeConfigChanges(before: RunConfig, after: RunConfig): stri
   if (added.length) changes.push(`tasks added: ${list(added)}`);
   if (removed.length) changes.push(`tasks removed: ${list(removed)}`);
   if (edited.length) changes.push(`task files changed: ${list(edited)}`);
+  // Why tasks were added or removed, when the selection differs (it is not hashed by itself).
+  if ((added.length || removed.length) && stringify(before.selection ?? {}) !== stringify(after.selection ?? {})) {
+    changes.push(`task selection: ${describeSelection(before.selection)} -> ${describeSelection(after.selection)}`);
+  }
   const fields = ["sources", "agent", "agentHash", "runtime", "attempts", "timeoutMultiplier", "defaultImage", "dataset", "container"] as const;
   for (const field of fields) {
     const a = stringify(before[field]);
@@ -102,4 +119,14 @@ export function describeConfigChanges(before: RunConfig, after: RunConfig): stri
     if (a !== b) changes.push(field === "agentHash" ? "the agent directory's files changed" : `${field}: ${a} -> ${b}`);
   }
   return changes;
+}
+
+/** A selection as the flags that give it (`-i a -x b --tasks-file F`), or "every task". */
+function describeSelection(selection: RunConfig["selection"]): string {
+  const flags = [
+    ...(selection?.include ?? []).map((g) => `-i ${g}`),
+    ...(selection?.exclude ?? []).map((g) => `-x ${g}`),
+    ...(selection?.tasksFile !== undefined ? [`--tasks-file ${selection.tasksFile}`] : []),
+  ];
+  return flags.length > 0 ? flags.join(" ") : "every task";
 }

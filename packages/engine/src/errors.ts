@@ -1,3 +1,5 @@
+import { hostname } from "node:os";
+
 /** Base class of every error the engine throws (trial failures are results, not throws). */
 export class EngineError extends Error {
   override name = "EngineError";
@@ -30,6 +32,23 @@ export class RunDirectoryError extends EngineError {
   override name = "RunDirectoryError";
   constructor(message: string, readonly runDir: string, options?: { cause?: unknown }) {
     super(message, options);
+  }
+}
+
+/**
+ * Another process writes the run directory now (a run or a resume of it): its lock file names a
+ * process that is alive. Nothing was written. Rejects RunHandle.done.
+ */
+export class RunLockedError extends RunDirectoryError {
+  override name = "RunLockedError";
+  constructor(runDir: string, readonly owner: { pid: number; host: string; since: string }, readonly lockFile: string) {
+    const sameHost = owner.host === hostname();
+    super(
+      sameHost
+        ? `${runDir} is in use: proctor process ${owner.pid} is writing it (since ${owner.since || "an unknown time"}); wait for it to finish or stop it (kill ${owner.pid}), then run this again`
+        : `${runDir} is in use: process ${owner.pid} on host ${owner.host} is writing it (since ${owner.since || "an unknown time"}), which cannot be checked from ${hostname()}; wait for it to finish, or if that process is gone, remove ${lockFile} and run this again`,
+      runDir,
+    );
   }
 }
 

@@ -10,7 +10,7 @@ import { systemClock, type Clock } from "./clock";
 import { RunSummary, TrialResult, silentLogger, type AgentSpec, type EventBody, type RunConfig, type Logger, type TaskSpec } from "@proctor/schema";
 import { buildRunConfig, describeConfigChanges } from "./config";
 import { ConfigMismatchError, EngineError, RunDirectoryError, RunStorageError } from "./errors";
-import { readRunConfig, SerialQueue, writeJsonAtomic } from "./store";
+import { lockRunDir, readRunConfig, SerialQueue, writeJsonAtomic, type RunDirLock } from "./store";
 import { trialIdOf } from "./ids";
 import { effectiveLimits, isolates, type RunLimits, type TrialEnvironment } from "./trial/context";
 import { runTrial } from "./trial/trial";
@@ -39,8 +39,17 @@ export interface RunOptions {
   defaultImage?: string | null;
   /** Continue the run in runDir: skip trials already in results.jsonl; refuse a changed config. */
   resume?: boolean;
+  /**
+   * The run directory's lock, taken already by the caller (lockRunDir) and let go by it; e.g.
+   * `proctor run` takes it before extracting archives into the directory. Default: the run takes
+   * it itself and lets it go when it ends. Either way a second run or resume of a directory
+   * being written is refused (RunLockedError) before it writes anything.
+   */
+  lock?: RunDirLock;
   /** Where the tasks came from, recorded in run.json. */
   sources?: string[];
+  /** The task selection the tasks were picked from the sources with, recorded in run.json for a resume (not part of the config hash: the tasks are). */
+  selection?: RunConfig["selection"];
   /** SWE-bench loader flags (--repos-dir, --image, --env-setup), recorded in run.json for a resume. */
   dataset?: RunConfig["dataset"];
   /** Abort: no new trials start, running ones are killed, done resolves with status "interrupted". */
@@ -163,7 +172,21 @@ async function previousStart(runDir: string): Promise<string | null> {
   }
 }
 
+/** The run, with its directory locked for the whole of it (refused while another process writes it). */
 async function execute(options: RunOptions & { runDir: string; timeoutMultiplier: number }, bus: EventBus): Promise<RunSummary> {
+  if (options.lock && resolve(options.lock.runDir) !== options.runDir) {
+    throw new EngineError(`startRun: the lock given is for ${options.lock.runDir}, not the run directory ${options.runDir}`);
+  }
+  const own = options.lock ?? (await lockRunDir(options.runDir));
+  try {
+    return await executeLocked(options, bus);
+  } finally {
+    // A run refused before it wrote run.json leaves no directory it made behind.
+    if (!options.lock) await own.release({ discardUnstarted: true });
+  }
+}
+
+async function executeLocked(options: RunOptions & { runDir: string; timeoutMultiplier: number }, bus: EventBus): Promise<RunSummary> {
   const { runDir, runId } = options;
   const logger = options.logger ?? silentLogger;
   const runJsonPath = join(runDir, "run.json");
@@ -193,6 +216,7 @@ async function execute(options: RunOptions & { runDir: string; timeoutMultiplier
     limits: options.limits ? { ...options.limits } : null,
     dataset: options.dataset ?? null,
     container: options.container ?? null,
+    selection: options.selection ?? null,
   });
 
   let finished: TrialResult[] = [];

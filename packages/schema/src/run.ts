@@ -19,6 +19,12 @@ export const RunConfig = z.object({
   isolateVerifier: z.boolean().optional(),
   /** `--grading`: where every trial's verifier runs, overriding each task's mode. */
   grading: z.enum(["fresh", "shared"]).optional(),
+  /**
+   * The task selection the run started with (`--include` / `--exclude` globs, `--tasks-file` as an
+   * absolute path): a resume picks the same tasks from the sources. Absent: every task. Not in
+   * configHash (the tasks picked are), so runs made before it existed still resume.
+   */
+  selection: z.object({ include: z.array(z.string()).optional(), exclude: z.array(z.string()).optional(), tasksFile: z.string().optional() }).optional(),
   /** SWE-bench loader flags the run started with (--repos-dir, --image, --env-setup; absolute paths): a resume reuses them. */
   dataset: z.object({ reposDir: z.string().optional(), imageTemplate: z.string().optional(), envSetup: z.string().optional() }).optional(),
   /** Resource limits the run applied (defaults and maxima); absent: none beyond the tasks' own. */

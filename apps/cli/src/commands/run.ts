@@ -1,15 +1,15 @@
-import { mkdir, readFile, stat } from "node:fs/promises";
+import { readFile, stat } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
 import type { AgentSpec, Logger, ModelProxySpec, RunSummary, TaskSpec } from "@proctor/schema";
 import { DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL } from "@proctor/llm";
-import { readRunConfig, startRun } from "@proctor/engine";
+import { lockRunDir, readRunConfig, startRun, type RunDirLock } from "@proctor/engine";
 import { loadTasks } from "@proctor/tasks";
 import { AgentConfigError, AgentError, BUILTIN_INSTALLED_AGENTS, readPriceTable, builtinInstalledAgent, installAgent, isBuiltinInstalledAgent, patchesAgent, readImageAgent, readInstalledAgent, type InstalledAgentDefinition } from "@proctor/agents";
 import { parseContainerConfig, type ContainerConfig } from "@proctor/sandbox-docker";
 import { describeLimits, resolveRunLimits, storedRunLimits, type LimitFlags, type ResolvedLimits } from "../limits";
-import { CliError, UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT } from "../errors";
+import { CliError, UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT, EXIT_TRIALS_FAILED } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
 import { createProgress, renderRunSummary } from "@proctor/report";
 import { prepareSources } from "../sources";
@@ -49,6 +49,8 @@ export interface RunCommandOptions {
   queue?: string;
   /** --bundles-dir: where task bundles go for the workers (default <out>/.bundles). */
   bundlesDir?: string;
+  /** --fail-on: exit EXIT_TRIALS_FAILED when a trial errored (errors) or did not pass (failures); default never. */
+  failOn?: FailOn;
   json: boolean;
   logger: Logger;
   /** Where progress and the table go; stdout gets only summary.json with --json. */
@@ -317,6 +319,9 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   if (!Number.isInteger(options.concurrency) || options.concurrency < 1) throw new UsageError(`--concurrency must be a whole number >= 1, got ${options.concurrency}`);
   if (!Number.isInteger(options.attempts) || options.attempts < 1) throw new UsageError(`--attempts must be a whole number >= 1, got ${options.attempts}`);
   if (!(options.timeoutMultiplier > 0)) throw new UsageError(`--timeout-multiplier must be a positive number, got ${options.timeoutMultiplier}`);
+  const failOn = options.failOn ?? "never";
+  if (!FAIL_ON.includes(failOn)) throw new UsageError(`--fail-on must be one of ${FAIL_ON.join(", ")}, got "${failOn}"`);
+  const progressInterval = progressIntervalMs(process.env);
 
   let runId = options.runId ?? newRunId();
   let runsRoot = resolve(options.out);
@@ -331,6 +336,10 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   let storedContainer: ContainerConfig | undefined;
   let storedLimits: ResolvedLimits | undefined;
   let llmFlags: LlmFlags = options.llm ?? {};
+  // The task selection, stored in run.json (--tasks-file as an absolute path) and reused by a resume.
+  let include = options.include;
+  let exclude = options.exclude;
+  let tasksFile = options.tasksFile !== undefined ? resolve(options.tasksFile) : undefined;
   // SWE-bench loader flags, as absolute paths: stored in run.json, reused by a resume.
   const dataset: { reposDir?: string; imageTemplate?: string; envSetup?: string } = {
     ...(options.reposDir !== undefined ? { reposDir: resolve(options.reposDir) } : {}),
@@ -373,121 +382,169 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       dataset.reposDir ??= previous.dataset?.reposDir;
       dataset.imageTemplate ??= previous.dataset?.imageTemplate;
       dataset.envSetup ??= previous.dataset?.envSetup;
+      // The stored selection, unless a selection flag is given (a different one is then refused as a change).
+      if (include.length === 0) include = previous.selection?.include ?? [];
+      if (exclude.length === 0) exclude = previous.selection?.exclude ?? [];
+      tasksFile ??= previous.selection?.tasksFile;
     }
   } else if (existsSync(join(runsRoot, runId, "run.json"))) {
+    // A run still being written is named first (its pid), then any other run there.
+    await (await lockRunDir(join(runsRoot, runId))).release();
     throw new UsageError(`run ${runId} already exists in ${runsRoot}; pass --resume ${join(runsRoot, runId)} to continue it, or another --run-id`);
   }
   if (sources.length === 0) throw new UsageError("proctor run: give at least one task source (a task dir, a dir of tasks, or an archive)");
 
-  if (options.queue) await ensureQueue(options.queue);
-
-  const runDir = join(runsRoot, runId);
-  await mkdir(runDir, { recursive: true });
-  const prepared = await prepareSources(sources.map((s) => resolve(s)), join(runDir, "input"), options.logger);
-  const loaded = await loadTasks(prepared.taskSources, {
-    include: options.include,
-    exclude: options.exclude,
-    tasksFile: options.tasksFile,
-    ...(dataset.reposDir !== undefined ? { reposDir: dataset.reposDir } : {}),
-    ...(dataset.imageTemplate !== undefined ? { imageTemplate: dataset.imageTemplate } : {}),
-    ...(dataset.envSetup !== undefined ? { envSetup: dataset.envSetup } : {}),
-  });
-  if (loaded.errors.length > 0) {
-    throw new UsageError(`${loaded.errors.length} task(s) failed to load:\n${loaded.errors.map((e) => `  ${e.message}`).join("\n")}`);
-  }
-  const tasks: TaskSpec[] = loaded.tasks;
-  if (tasks.length === 0) throw new UsageError(`no tasks matched in ${sources.join(", ")}${options.include.length || options.exclude.length || options.tasksFile ? " after --include/--exclude/--tasks-file" : ""}`);
-
-  const agent = agentArg?.startsWith("patches:") ? predictionsAgent(agentArg.slice("patches:".length)) : parseAgent(agentArg, prepared.agentDir, llmFlags);
-  // Which agent runs, and why that one: an archive's agent_code/ is used only when --agent is not given.
-  err.write(`agent: ${describeAgent(agent, agentArg)}${options.resume && options.agent === undefined ? " (the resumed run's)" : options.agent === undefined ? describeDefault(prepared.agentDir) : ""}\n`);
+  // Everything the flags alone decide is checked before the run directory exists: a refused run leaves none.
+  // (An archive's agent_code/ is the default agent, so without --agent the agent waits for the sources.)
+  const namedAgent = agentArg === undefined ? null : agentArg.startsWith("patches:") ? predictionsAgent(agentArg.slice("patches:".length)) : parseAgent(agentArg, null, llmFlags);
   const container = options.containerConfig !== undefined ? await readContainerConfig(options.containerConfig) : storedContainer;
   // A resume repeats the stored limits unless a limit flag or a container config is given (a
   // changed value is then refused like any other config change).
   const limitFlags = options.limits ?? {};
   const limitsGiven = options.containerConfig !== undefined || Object.values(limitFlags).some((v) => v !== undefined);
   const resolvedLimits = storedLimits !== undefined && !limitsGiven ? storedLimits : resolveRunLimits(limitFlags, container);
-  const queued = options.queue
-    ? openQueuedRun({ url: options.queue, bundlesDir: options.bundlesDir, out: options.out, runtime: parseRuntimeChoice(runtimeArg), logger: options.logger, err })
-    : null;
-  const runtime = queued?.runtime ?? (await openRuntime(parseRuntimeChoice(runtimeArg), options.logger));
-  const image = defaultImage ?? (runtime.name === "docker" ? DEFAULT_DOCKER_IMAGE : null);
-  if ("kind" in agent && agent.kind === "installed" && !queued) await preinstall(agent, runtime, err, options.signal);
-  // A run killed with -9 leaves its sandboxes behind; remove those of dead owners before starting.
-  const reaped = await runtime.reap();
-  if (reaped > 0) err.write(`removed ${reaped} sandbox(es) left behind by runs that died\n`);
 
-  const controller = new AbortController();
-  const onSignal = (name: string) => () => {
-    if (controller.signal.aborted) {
-      err.write(`${name} again: exiting now; sandboxes may be left behind (remove them with proctor gc)\n`);
-      process.exit(EXIT_INTERRUPTED);
-    }
-    err.write(`${name}: stopping; no new trials start, running sandboxes are removed, finished results are kept (Ctrl-C again to force)\n`);
-    controller.abort(new Error(`interrupted by ${name}`));
-  };
-  const sigint = onSignal("SIGINT");
-  const sigterm = onSignal("SIGTERM");
-  process.on("SIGINT", sigint);
-  process.on("SIGTERM", sigterm);
-  options.signal?.addEventListener("abort", () => controller.abort(options.signal?.reason), { once: true });
+  if (options.queue) await ensureQueue(options.queue);
 
-  err.write(`run directory: ${runDir}\n`);
-  // Sandboxes without a filesystem of their own are host processes: no limit applies to them.
-  err.write(`${describeLimits(resolvedLimits, runtime.capabilities.files)}\n`);
-  const progress = createProgress(err, { runDir, intervalMs: progressIntervalMs(process.env) });
-  let summary: RunSummary;
+  // The run directory is locked while this command writes it: a resume takes the lock at once (a
+  // run still going refuses it, naming its pid); a new run creates the directory and takes it
+  // when it first writes there (an archive's extraction, else the run's start).
+  const runDir = join(runsRoot, runId);
+  const held: { lock: RunDirLock | null } = { lock: null };
+  const takeLock = async () => (held.lock ??= await lockRunDir(runDir));
+  if (options.resume) await takeLock();
   try {
-    const handle = startRun({
-      runId,
-      runDir,
-      tasks,
-      agent,
-      runtime,
-      concurrency: options.concurrency,
-      attempts,
-      timeoutMultiplier: multiplier,
-      defaultImage: image,
-      ...(isolateVerifier !== undefined ? { isolateVerifier } : {}),
-      ...(grading !== undefined ? { grading } : {}),
-      resume: Boolean(options.resume),
-      sources: sources.map((s) => resolve(s)),
-      dataset: Object.fromEntries(Object.entries(dataset).filter(([, v]) => v !== undefined)),
-      signal: controller.signal,
-      logger: options.logger,
-      ...(queued ? { dispatch: queued.dispatch } : {}),
-      ...(container ? { container: container.settings } : {}),
-      ...(resolvedLimits.limits ? { limits: resolvedLimits.limits } : {}),
-    });
-    const unsubscribe = handle.bus.subscribe((event) => progress.onEvent(event));
-    try {
-      summary = await handle.done;
-    } finally {
-      unsubscribe();
-      progress.stop();
-    }
+    return await runLocked();
   } finally {
-    process.off("SIGINT", sigint);
-    process.off("SIGTERM", sigterm);
-    await queued?.close();
+    // A run refused before it started leaves no run directory behind (nor a runs root it made).
+    await held.lock?.release({ discardUnstarted: true });
   }
 
-  const table = renderRunSummary(summary);
-  if (options.json) {
-    err.write(`${table}\nrun directory: ${runDir}\n`);
-    out.write(`${JSON.stringify({ ...summary, runDir }, null, 2)}\n`);
-  } else {
-    out.write(`\n${table}\nrun directory: ${runDir}\n`);
+  async function runLocked(): Promise<number> {
+    const prepared = await prepareSources(sources.map((s) => resolve(s)), join(runDir, "input"), options.logger, { beforeExtract: takeLock, replace: Boolean(options.resume) });
+    const loaded = await loadTasks(prepared.taskSources, {
+      include,
+      exclude,
+      tasksFile,
+      ...(dataset.reposDir !== undefined ? { reposDir: dataset.reposDir } : {}),
+      ...(dataset.imageTemplate !== undefined ? { imageTemplate: dataset.imageTemplate } : {}),
+      ...(dataset.envSetup !== undefined ? { envSetup: dataset.envSetup } : {}),
+    });
+    if (loaded.errors.length > 0) {
+      throw new UsageError(`${loaded.errors.length} task(s) failed to load:\n${loaded.errors.map((e) => `  ${e.message}`).join("\n")}`);
+    }
+    const tasks: TaskSpec[] = loaded.tasks;
+    if (tasks.length === 0) throw new UsageError(`no tasks matched in ${sources.join(", ")}${include.length || exclude.length || tasksFile ? " after --include/--exclude/--tasks-file" : ""}`);
+
+    const agent = namedAgent ?? parseAgent(undefined, prepared.agentDir, llmFlags);
+    // Which agent runs, and why that one: an archive's agent_code/ is used only when --agent is not given.
+    err.write(`agent: ${describeAgent(agent, agentArg)}${options.resume && options.agent === undefined ? " (the resumed run's)" : options.agent === undefined ? describeDefault(prepared.agentDir) : ""}\n`);
+    const queued = options.queue
+      ? openQueuedRun({ url: options.queue, bundlesDir: options.bundlesDir, out: options.out, runtime: parseRuntimeChoice(runtimeArg), logger: options.logger, err })
+      : null;
+    try {
+      const runtime = queued?.runtime ?? (await openRuntime(parseRuntimeChoice(runtimeArg), options.logger));
+      const image = defaultImage ?? (runtime.name === "docker" ? DEFAULT_DOCKER_IMAGE : null);
+      if ("kind" in agent && agent.kind === "installed" && !queued) await preinstall(agent, runtime, err, options.signal);
+      // A run killed with -9 leaves its sandboxes behind; remove those of dead owners before starting.
+      const reaped = await runtime.reap();
+      if (reaped > 0) err.write(`removed ${reaped} sandbox(es) left behind by runs that died\n`);
+      const lock = await takeLock();
+
+      const controller = new AbortController();
+      const onSignal = (name: string) => () => {
+        if (controller.signal.aborted) {
+          err.write(`${name} again: exiting now; sandboxes may be left behind (remove them with proctor gc)\n`);
+          process.exit(EXIT_INTERRUPTED);
+        }
+        err.write(`${name}: stopping; no new trials start, running sandboxes are removed, finished results are kept (Ctrl-C again to force)\n`);
+        controller.abort(new Error(`interrupted by ${name}`));
+      };
+      const sigint = onSignal("SIGINT");
+      const sigterm = onSignal("SIGTERM");
+      process.on("SIGINT", sigint);
+      process.on("SIGTERM", sigterm);
+      options.signal?.addEventListener("abort", () => controller.abort(options.signal?.reason), { once: true });
+
+      err.write(`run directory: ${runDir}\n`);
+      // Sandboxes without a filesystem of their own are host processes: no limit applies to them.
+      err.write(`${describeLimits(resolvedLimits, runtime.capabilities.files)}\n`);
+      const progress = createProgress(err, { runDir, intervalMs: progressInterval });
+      let summary: RunSummary;
+      try {
+        const selection = { ...(include.length > 0 ? { include } : {}), ...(exclude.length > 0 ? { exclude } : {}), ...(tasksFile !== undefined ? { tasksFile } : {}) };
+        const handle = startRun({
+          runId,
+          runDir,
+          lock,
+          tasks,
+          agent,
+          runtime,
+          concurrency: options.concurrency,
+          attempts,
+          timeoutMultiplier: multiplier,
+          defaultImage: image,
+          ...(isolateVerifier !== undefined ? { isolateVerifier } : {}),
+          ...(grading !== undefined ? { grading } : {}),
+          resume: Boolean(options.resume),
+          sources: sources.map((s) => resolve(s)),
+          selection,
+          dataset: Object.fromEntries(Object.entries(dataset).filter(([, v]) => v !== undefined)),
+          signal: controller.signal,
+          logger: options.logger,
+          ...(queued ? { dispatch: queued.dispatch } : {}),
+          ...(container ? { container: container.settings } : {}),
+          ...(resolvedLimits.limits ? { limits: resolvedLimits.limits } : {}),
+        });
+        const unsubscribe = handle.bus.subscribe((event) => progress.onEvent(event));
+        try {
+          summary = await handle.done;
+        } finally {
+          unsubscribe();
+          progress.stop();
+        }
+      } finally {
+        process.off("SIGINT", sigint);
+        process.off("SIGTERM", sigterm);
+      }
+
+      const table = renderRunSummary(summary);
+      if (options.json) {
+        err.write(`${table}\nrun directory: ${runDir}\n`);
+        out.write(`${JSON.stringify({ ...summary, runDir }, null, 2)}\n`);
+      } else {
+        out.write(`\n${table}\nrun directory: ${runDir}\n`);
+      }
+      if (summary.status === "failed" && summary.error) {
+        err.write(`proctor: the run stopped: ${summary.error}\nfinished trials are kept; fix the cause, then continue with  proctor run --resume ${runDir}\n`);
+        return EXIT_FATAL_AGENT;
+      }
+      if (summary.status === "interrupted") {
+        err.write(`interrupted: resume with  proctor run --resume ${runDir}\n`);
+        return EXIT_INTERRUPTED;
+      }
+      const failed = failOnReason(failOn, summary);
+      if (failed) {
+        err.write(`proctor: --fail-on ${failOn}: ${failed} (exit ${EXIT_TRIALS_FAILED}); results in ${runDir}\n`);
+        return EXIT_TRIALS_FAILED;
+      }
+      return 0;
+    } finally {
+      await queued?.close();
+    }
   }
-  if (summary.status === "failed" && summary.error) {
-    err.write(`proctor: the run stopped: ${summary.error}\nfinished trials are kept; fix the cause, then continue with  proctor run --resume ${runDir}\n`);
-    return EXIT_FATAL_AGENT;
-  }
-  if (summary.status === "interrupted") {
-    err.write(`interrupted: resume with  proctor run --resume ${runDir}\n`);
-    return EXIT_INTERRUPTED;
-  }
-  return 0;
+}
+
+/** `--fail-on` values: which finished trials make a completed run exit EXIT_TRIALS_FAILED. */
+const FAIL_ON = ["errors", "failures", "never"] as const;
+type FailOn = (typeof FAIL_ON)[number];
+
+/** Why `--fail-on` fails this run (e.g. "3 of 4 trials errored"), or null when it does not. */
+function failOnReason(failOn: FailOn, summary: RunSummary): string | null {
+  const { total, passed, errored } = summary.trials;
+  if (failOn === "errors" && errored > 0) return `${errored} of ${total} trials errored`;
+  if (failOn === "failures" && passed < total) return `${total - passed} of ${total} trials did not pass (failed ${summary.trials.failed}, errored ${errored}${summary.trials.flagged ? `, flagged ${summary.trials.flagged}` : ""})`;
+  return null;
 }
 
 export async function isDirectory(path: string): Promise<boolean> {
