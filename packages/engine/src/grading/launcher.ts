@@ -10,6 +10,10 @@ import { HARDENED_ENV, verifierEnv } from "./hardened";
 import { adminOptions, stopped, stoppedForGood, trusted } from "./sandbox-tools";
 
 const REWARD_MAX_BYTES = 1024 * 1024;
+/** The most of the tests' files the launcher lists after the run (more is reported, never judged file by file). */
+const TESTS_LISTED = 20000;
+/** Directories tools make beside the tests (environments, caches): never listed. */
+const TESTS_UNLISTED = ["__pycache__", ".pytest_cache", ".venv", "venv", "node_modules", ".tox", ".nox", ".mypy_cache", ".ruff_cache"];
 const VERIFIER_DIR = `\${PROCTOR_VERIFIER_LOGS_DIR:-${SANDBOX_PATHS.verifierLogs}}`;
 const TESTS_DIR = `\${PROCTOR_TESTS_DIR:-${SANDBOX_PATHS.tests}}`;
 
@@ -93,7 +97,7 @@ for n in reward.json reward.txt; do
 done
 echo "status $status"
 if [ "$4" = hash ]; then
-  cd "$t" 2>/dev/null && find . -xdev ! -type d ! -path '*/__pycache__/*' ! -path './.pytest_cache/*' 2>/dev/null | head -n 20000 | while IFS= read -r f; do
+  cd "$t" 2>/dev/null && find . -xdev \\( ${TESTS_UNLISTED.map((n) => `-name ${n}`).join(" -o ")} \\) -prune -o ! -type d -print 2>/dev/null | head -n ${TESTS_LISTED + 1} | while IFS= read -r f; do
     if [ -f "$f" ] && [ ! -L "$f" ]; then printf 'test %s %s\\n' "$(sha256sum < "$f" | cut -c1-64)" "$f"; else printf 'test other %s\\n' "$f"; fi
   done
 fi
@@ -259,14 +263,14 @@ interface TreeEntry {
   size: number;
 }
 
-/** The files of host dir `dir` as the launcher reports /tests: no directories, no bytecode caches, links as "other". */
+/** The files of host dir `dir` as the launcher reports /tests: no directories, none of TESTS_UNLISTED, links as "other". */
 async function listTree(dir: string): Promise<TreeEntry[]> {
   const out: TreeEntry[] = [];
   async function walk(rel: string): Promise<void> {
     for (const entry of await readdir(join(dir, rel), { withFileTypes: true })) {
       const path = rel ? `${rel}/${entry.name}` : entry.name;
       if (entry.isDirectory()) {
-        if (entry.name !== "__pycache__" && path !== ".pytest_cache") await walk(path);
+        if (!TESTS_UNLISTED.includes(entry.name)) await walk(path);
       } else if (entry.isFile()) {
         const data = await readFile(join(dir, path));
         out.push({ path, hash: createHash("sha256").update(data).digest("hex"), size: data.length });
@@ -288,6 +292,8 @@ const ADDED_LOADABLE = /\.(py|pyc|pyo|so|pth|ini|cfg|toml)$/;
 async function testsChanged(testsDir: string, after: Map<string, string[]>): Promise<string[]> {
   const expected = new Map((await listTree(testsDir)).map((f) => [f.path, f.hash]));
   const changed: string[] = [];
+  // Tool directories (a venv, caches) are not listed; past the cap nothing can be told file by file.
+  if ([...after.values()].reduce((n, v) => n + v.length, 0) > TESTS_LISTED) return [`${SANDBOX_PATHS.tests} (more than ${TESTS_LISTED} files after the tests: they cannot be checked)`];
   for (const [path, hash] of expected) {
     const seen = after.get(path) ?? [];
     if (seen.length === 0) changed.push(`${SANDBOX_PATHS.tests}/${path} (removed)`);
