@@ -85,9 +85,9 @@ describe.skipIf(!dockerUp)("with a Docker engine on this host", () => {
     expect(scores(fast.stdout)).toMatchObject({ errored: 0, failed: 0 });
   });
 
-  test("a bad PROCTOR_OVERLAY_XATTRS is one line naming it, exit 3", async () => {
+  test("a bad PROCTOR_OVERLAY_XATTRS is one line naming it, exit 2 (bad usage, not a missing runtime)", async () => {
     const run = await proctor(["run", join(repoRoot, "examples/tasks"), "--runtime", "docker", "-o", join(work, "runs")], { env: { PROCTOR_OVERLAY_XATTRS: "fast" } });
-    expect(run.code).toBe(3);
+    expect(run.code, run.stderr).toBe(2);
     // The run's first line says which agent it would run; the mistake is the one error line.
     expect(run.stderr.trim().split("\n").filter((l) => !l.startsWith("agent: "))).toEqual(['proctor: PROCTOR_OVERLAY_XATTRS must be one of auto, native, getfattr, none; got "fast" (unset it for auto)']);
   });

@@ -1,7 +1,7 @@
 import { AgentConfigError, RunFatalAgentError } from "@proctor/agents";
 import { ClientError } from "@proctor/client";
 import { EngineError, RunStorageError } from "@proctor/engine";
-import { RuntimeUnavailableError } from "@proctor/sandbox";
+import { RuntimeUnavailableError, SandboxConfigError } from "@proctor/sandbox";
 import { EXIT_FATAL_AGENT } from "./errors";
 
 /** Errors the packages raise, as one line and an exit code; null for anything else. */
@@ -12,6 +12,8 @@ export function explainKnownError(error: unknown): { line: string; code: number 
   if (error instanceof RunStorageError) return { line: error.message, code: 1 };
   if (error instanceof EngineError || error instanceof AgentConfigError) return { line: error.message, code: 2 };
   if (error instanceof ClientError) return { line: explainClientError(error), code: 1 };
+  // A runtime set up wrongly (a bad PROCTOR_* variable) is bad usage; one that does not answer is exit 3.
+  if (error instanceof SandboxConfigError) return { line: error.message, code: 2 };
   if (error instanceof RuntimeUnavailableError) return { line: error.message, code: 3 };
   return null;
 }

@@ -1,3 +1,4 @@
+import { availableParallelism, totalmem } from "node:os";
 import { DEFAULT_TRIAL_LIMITS, type RunLimits, type TrialLimits } from "@proctor/engine";
 import type { ContainerConfig } from "@proctor/sandbox-docker";
 
@@ -69,4 +70,45 @@ export function describeLimits(resolved: ResolvedLimits, enforced: boolean): str
     part("storageMb", (n) => `disk ${n} MB`, "disk unlimited"),
   ];
   return `limits per trial: ${parts.join(", ")}; a task's own [environment] values win${enforced ? "" : " (not enforced on the local runtime)"}`;
+}
+
+/** What this host offers trials: its CPUs and memory (the cgroup's limit when lower). */
+export interface HostCapacity {
+  cpus: number;
+  memoryMb: number;
+}
+
+export function hostCapacity(): HostCapacity {
+  const total = totalmem();
+  const constrained = typeof process.constrainedMemory === "function" ? process.constrainedMemory() : 0;
+  const bytes = constrained && constrained > 0 && constrained < total ? constrained : total;
+  return { cpus: availableParallelism(), memoryMb: Math.floor(bytes / 2 ** 20) };
+}
+
+/** `-n`'s default: never warned about, whatever the host. */
+const DEFAULT_CONCURRENCY = 4;
+
+/**
+ * The warning for a `-n` larger than the host holds, or null. The host holds as many trials at
+ * once as its CPUs and its memory fit at the run's default limits per trial (a trial without a
+ * CPU limit counted as one CPU; without a memory limit, memory is not counted). Only trials that
+ * can start together count (`-n` past the run's trial count starts no more), and the default
+ * `-n` is never warned about.
+ */
+export function concurrencyWarning(concurrency: number, trials: number, limits: TrialLimits, host: HostCapacity): string | null {
+  if (concurrency <= DEFAULT_CONCURRENCY) return null;
+  const atOnce = Math.min(concurrency, trials);
+  const cpusPerTrial = limits.cpus ?? 1;
+  const byCpus = Math.floor(host.cpus / cpusPerTrial);
+  const byMemory = limits.memoryMb !== undefined ? Math.floor(host.memoryMb / limits.memoryMb) : null;
+  const holds = Math.max(1, byMemory === null ? byCpus : Math.min(byCpus, byMemory));
+  if (atOnce <= holds) return null;
+  const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  const perTrial = [limits.cpus === undefined ? "1 CPU (no CPU limit)" : plural(limits.cpus, "CPU"), ...(limits.memoryMb !== undefined ? [`${limits.memoryMb} MB`] : [])].join(" and ");
+  const fits = [`${plural(host.cpus, "CPU")}: ${byCpus}`, ...(byMemory !== null ? [`${host.memoryMb} MB memory: ${byMemory}`] : [])].join("; ");
+  const which = atOnce < concurrency ? `all of the run's ${plural(trials, "trial")}` : `of the run's ${trials}`;
+  return (
+    `warning: -n ${concurrency}: ${atOnce} trials would run at once (${which}), but this host holds about ${holds} at ${perTrial} per trial (${fits}); ` +
+    `past that, trials share CPUs and memory, run slower and may time out or run out of memory. Going on (-n ${holds} fits)`
+  );
 }

@@ -152,7 +152,8 @@ describe("proctor run --agent llm (local runtime, scripted model)", () => {
     expect(noModel.stderr).toContain("--agent llm needs --model");
     const stray = await proctor(["run", examples, "--runtime", "local", "-o", out, "--agent", "nop", "--model", "x"]);
     expect(stray.code).toBe(2);
-    expect(stray.stderr).toContain("--model only go with --agent llm");
+    // One grammatical line naming every agent that takes a model.
+    expect(stray.stderr).toContain("proctor: --model goes with an agent that takes a model (--agent llm, claude-code, codex, installed:<dir>, or a code agent's directory with --llm-proxy); --agent nop takes no model\n");
   });
 });
 
@@ -185,9 +186,9 @@ test("--llm-proxy turns a code agent's --model/--base-url/--api-key-env into a m
   vi.stubEnv("K", "k");
   const spec = parseAgent(dir, null, { llmProxy: true, model: "m", baseUrl: "http://127.0.0.1:9/v1", apiKeyEnv: "K", llmBudgetTokens: 100 });
   expect(spec).toEqual({ kind: "code", dir, modelProxy: { model: "m", baseUrl: "http://127.0.0.1:9/v1", apiKeyEnv: "K", budgetTokens: 100 } });
-  expect(() => parseAgent("llm", null, { model: "m", llmProxy: true })).toThrow(/--llm-proxy go with a code agent/);
-  expect(() => parseAgent(dir, null, { llmProxy: true, model: "m", maxTurns: 3 })).toThrow(/--max-turns only go with --agent llm/);
+  expect(() => parseAgent("llm", null, { model: "m", llmProxy: true })).toThrow(/--llm-proxy goes with a code agent/);
+  expect(() => parseAgent(dir, null, { llmProxy: true, model: "m", maxTurns: 3 })).toThrow(/--max-turns only goes with --agent llm/);
   expect(() => parseAgent("oracle", null, { llmProxy: true, model: "m" })).toThrow(/use it with --agent <agent-dir>/);
-  expect(() => parseAgent(dir, null, { llmBudgetTokens: 5 })).toThrow(/--llm-budget-tokens only go with --agent llm, or with a code agent and --llm-proxy/);
+  expect(() => parseAgent(dir, null, { llmBudgetTokens: 5 })).toThrow(/--llm-budget-tokens goes with an agent that takes a model through the model proxy \(--agent claude-code, codex, installed:<dir>, or a code agent's directory with --llm-proxy\); a code agent takes one only with --llm-proxy: add it/);
   vi.unstubAllEnvs();
 });

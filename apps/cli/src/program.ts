@@ -2,7 +2,7 @@ import { Command, CommanderError, InvalidArgumentError, Option } from "commander
 import { workerCommand } from "@proctor/worker";
 import { DEFAULT_TRIAL_LIMITS } from "@proctor/schema";
 import type { SlotsAction } from "./commands/slots";
-import { CliError } from "./errors";
+import { CliError, UsageError } from "./errors";
 import { stderrLogger } from "./logger";
 import packageJson from "../package.json" with { type: "json" };
 
@@ -31,6 +31,22 @@ const positiveNumber = (flag: string) => (value: string) => {
   return n;
 };
 
+/** Harbor's `harbor run` flags that Proctor spells otherwise (--n-concurrent and --n-attempts are taken as they are). */
+const HARBOR_FLAGS: Record<string, string> = {
+  "--dataset": "Proctor takes the tasks as arguments: proctor run <task dir | dir of tasks | archive | dataset rows .jsonl>",
+  "-d": "Proctor takes the tasks as arguments: proctor run <task dir | dir of tasks | archive | dataset rows .jsonl>",
+  "--path": "Proctor takes the tasks as arguments: proctor run <task dir | dir of tasks | archive>",
+  "-p": "Proctor takes the tasks as arguments: proctor run <task dir | dir of tasks | archive>",
+  "--jobs-dir": "Proctor's is -o, --out DIR (where run directories go)",
+};
+
+/** Commander's "unknown option '--dataset'" for `proctor run`, with what Proctor calls a Harbor flag. */
+function withHarborHint(message: string): string {
+  const flag = /unknown option '([^']+)'/.exec(message)?.[1];
+  const hint = flag !== undefined ? HARBOR_FLAGS[flag] : undefined;
+  return hint ? `${message.trimEnd()} (Harbor's ${flag}? ${hint})\n` : message;
+}
+
 /** The command table: parse flags, call the command's function, keep its exit code. */
 export function buildProgram(setExitCode: (code: number) => void): Command {
   const logger = stderrLogger();
@@ -38,7 +54,8 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .description("Run AI agents on benchmark tasks in sandboxes, verify every attempt with the task's tests, report pass rates.")
     .version(VERSION)
     .exitOverride()
-    .configureOutput({ writeErr: (s) => process.stderr.write(s) });
+    // Commander's own errors (an unknown option, a bad value) carry the prefix every other message has.
+    .configureOutput({ writeErr: (s) => process.stderr.write(s), outputError: (s, write) => write(s.replace(/^error: /, "proctor: ")) });
 
   program
     .command("run")
@@ -46,8 +63,12 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .argument("[source...]", "task sources (optional with --resume)")
     .option("-a, --agent <agent>", "oracle | nop | llm | claude-code[@VER] | codex[@VER] | installed:<dir>[@VER] | patches:<predictions.jsonl> | image:<dir> | <agent-dir> (default: the archive's agent_code, else oracle)")
     .addOption(new Option("--runtime <runtime>", "sandbox runtime").choices(["auto", "docker", "local"]).default("auto"))
-    .option("-n, --concurrency <n>", "trials at once", positiveInt("--concurrency"), 4)
+    // 4 is also DEFAULT_CONCURRENCY in limits.ts (never warned about); not imported, so the engine is not loaded here.
+    .option("-n, --concurrency <n>", "trials at once (a -n past what the host holds gets a warning)", positiveInt("--concurrency"), 4)
     .option("-k, --attempts <k>", "attempts per task", positiveInt("--attempts"), 1)
+    // Harbor's names for -n and -k, for commands copied from Harbor's docs.
+    .addOption(new Option("--n-concurrent <n>", "Harbor's name for --concurrency").argParser(positiveInt("--n-concurrent")).hideHelp())
+    .addOption(new Option("--n-attempts <k>", "Harbor's name for --attempts").argParser(positiveInt("--n-attempts")).hideHelp())
     .option("-i, --include <glob>", "only task ids matching (repeatable)", collect, [])
     .option("-x, --exclude <glob>", "skip task ids matching (repeatable)", collect, [])
     .option("--tasks-file <file>", "only the task ids listed in FILE (one per line, # comments)")
@@ -62,7 +83,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--isolate-verifier", "no agent process may be alive when the verifier starts, for every task (default: each task decides)")
     .option("--no-isolate-verifier", "let agent processes live through verification, for every task (trusted agents; listed and flagged)")
     .addOption(new Option("--grading <mode>", "where verifiers run: fresh (a new sandbox from the task's image with only the agent's outputs) or shared (the agent's own sandbox); default: each task's mode").choices(["fresh", "shared"]))
-    .option("--model <name>", "--agent llm / claude-code / codex / installed: the model to evaluate (required with them)")
+    .option("-m, --model <name>", "--agent llm / claude-code / codex / installed: the model to evaluate (required with them); with --agent llm, openai/, anthropic/, openrouter/, google/, mistral/, groq/ or together/ before the name picks that provider's endpoint and key variable when --base-url is not given")
     .option("--base-url <url>", "the model API's root (default: $OPENAI_BASE_URL, else https://api.openai.com/v1; for claude-code $ANTHROPIC_BASE_URL, else https://api.anthropic.com/v1)")
     .option("--api-key-env <var>", "NAME of the env var holding the API key (default OPENAI_API_KEY; ANTHROPIC_API_KEY for claude-code)")
     .option("--max-turns <n>", "--agent llm: model requests per trial", positiveInt("--max-turns"))
@@ -86,7 +107,16 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--bundles-dir <dir>", "--queue: directory the workers share for task bundles (default <out>/.bundles)")
     .option("--json", "print summary.json on stdout", false)
     .addOption(new Option("--fail-on <what>", "exit 5 when the run finished with a trial that errored (errors) or that did not pass (failures: failed, errored or flagged); never: exit 0 whatever the rewards").choices(["errors", "failures", "never"]).default("never"))
-    .action(async (sources: string[], o) => {
+    .configureOutput({ writeErr: (s) => process.stderr.write(s), outputError: (s, write) => write(withHarborHint(s.replace(/^error: /, "proctor: "))) })
+    .action(async (sources: string[], o, command: Command) => {
+      // --n-concurrent / --n-attempts (Harbor's names) stand for -n / -k; both given must agree.
+      const harbor = (name: "concurrency" | "attempts", alias: "nConcurrent" | "nAttempts", flag: string) => {
+        const value = o[alias] as number | undefined;
+        if (value !== undefined && command.getOptionValueSource(name) === "cli" && value !== o[name]) throw new UsageError(`--${name} ${o[name]} and ${flag} ${value} (Harbor's name for it) disagree: give one of them`);
+        return (value ?? o[name]) as number;
+      };
+      const concurrency = harbor("concurrency", "nConcurrent", "--n-concurrent");
+      const attempts = harbor("attempts", "nAttempts", "--n-attempts");
       setExitCode(
         await (await import("./commands/run")).runCommand({
           failOn: o.failOn,
@@ -97,8 +127,8 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
           sources,
           agent: o.agent,
           runtime: o.runtime,
-          concurrency: o.concurrency,
-          attempts: o.attempts,
+          concurrency,
+          attempts,
           include: o.include,
           exclude: o.exclude,
           tasksFile: o.tasksFile,
@@ -169,7 +199,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .command("validate")
     .description("run the oracle and nop on every task (SWE-bench rows: oracle must resolve, nop must not); name each broken task with its failing tests; exit 1 when any is broken")
     .argument("<source...>", "a task dir, a dir of task dirs, an archive, or dataset rows (.jsonl/.json)")
-    .addOption(new Option("--runtime <runtime>").choices(["auto", "docker", "local"]).default("auto"))
+    .addOption(new Option("--runtime <runtime>", "sandbox runtime of the oracle and nop trials (auto: Docker when a daemon answers, else local)").choices(["auto", "docker", "local"]).default("auto"))
     .option("-n, --concurrency <n>", "trials at once", positiveInt("--concurrency"), 4)
     .option("-i, --include <glob>", "only task ids matching (repeatable)", collect, [])
     .option("-x, --exclude <glob>", "skip task ids matching (repeatable)", collect, [])
@@ -191,7 +221,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--port <port>", "port to bind", (v) => Number(v), 8080)
     .option("--data-dir <dir>", "where batches (run directories) are kept", "proctor-data")
     .option("--auth <mode>", "none | token (bearer tokens from $PROCTOR_TOKENS or $PROCTOR_TOKENS_FILE) | epistula (hotkeys from --hotkeys-file or $PROCTOR_HOTKEYS) | hotkey-header-insecure", "epistula")
-    .addOption(new Option("--runtime <runtime>").choices(["auto", "docker", "local"]).default("auto"))
+    .addOption(new Option("--runtime <runtime>", "sandbox runtime of the batches' trials (auto: Docker when a daemon answers, else local; local needs --unsafe-local-runtime)").choices(["auto", "docker", "local"]).default("auto"))
     .option("--default-image <image>", "image for tasks that name none (default on Docker: proctor/base:bookworm)")
     .option("--max-active-batches <n>", "batches running at once", positiveInt("--max-active-batches"), 1)
     .option("--max-queued-batches <n>", "batches waiting; more get 429", positiveInt("--max-queued-batches"), 10)
@@ -276,7 +306,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .argument("<archive>")
     .requiredOption("--server <url>", "server base URL, e.g. http://127.0.0.1:8080")
     .option("--key-file <file>", "hotkey file (else $PROCTOR_HOTKEY_URI or $PROCTOR_HOTKEY_FILE)")
-    .option("--token <token>", "bearer token instead of a hotkey (else $PROCTOR_TOKEN)")
+    .option("--token <token>", "bearer token instead of a hotkey (else $PROCTOR_TOKEN, or $PROCTOR_TOKENS when it holds one token, as the server reads it)")
     .option("--signed-for <ss58>", "the server's hotkey, when it requires Epistula-Signed-For")
     .option("-n, --concurrent-tasks <n>", "tasks at once on the server", positiveInt("--concurrent-tasks"))
     .option("--json", "print the final batch status as JSON", false)
@@ -290,7 +320,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     command
       .requiredOption("--server <url>", "server base URL, e.g. http://127.0.0.1:8080")
       .option("--key-file <file>", "hotkey file (else $PROCTOR_HOTKEY_URI or $PROCTOR_HOTKEY_FILE)")
-      .option("--token <token>", "bearer token instead of a hotkey (else $PROCTOR_TOKEN)")
+      .option("--token <token>", "bearer token instead of a hotkey (else $PROCTOR_TOKEN, or $PROCTOR_TOKENS when it holds one token, as the server reads it)")
       .option("--signed-for <ss58>", "the server's hotkey, when it requires Epistula-Signed-For")
       .option("--json", "print the batch status as JSON", false);
   serverOptions(program.command("status").description("a submitted batch's status and per-task results (exit 1 if it failed or was cancelled)").argument("<batch-id>"))
@@ -309,7 +339,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     command
       .requiredOption("--server <url>", "server base URL, e.g. http://127.0.0.1:8080")
       .option("--key-file <file>", "hotkey file (else $PROCTOR_HOTKEY_URI or $PROCTOR_HOTKEY_FILE)")
-      .option("--token <token>", "bearer token instead of a hotkey (else $PROCTOR_TOKEN)")
+      .option("--token <token>", "bearer token instead of a hotkey (else $PROCTOR_TOKEN, or $PROCTOR_TOKENS when it holds one token, as the server reads it)")
       .option("--signed-for <ss58>", "the server's hotkey, when it requires Epistula-Signed-For")
       .action(async (...args: unknown[]) => {
         const o = args.at(-2) as Record<string, string | undefined>;
@@ -344,7 +374,8 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
   program
     .command("gc")
     .description("remove containers, sandbox roots and temp dirs left behind by dead runs")
-    .action(async () => setExitCode(await (await import("./commands/gc")).gcCommand({ logger })));
+    .option("--dry-run", "list what would be removed, and remove nothing", false)
+    .action(async (o: { dryRun: boolean }) => setExitCode(await (await import("./commands/gc")).gcCommand({ logger, dryRun: o.dryRun })));
 
   program
     .command("doctor")

@@ -83,7 +83,7 @@ describe("a run refused before it starts leaves no run directory (local runtime)
   test("a wrong agent, an unset key variable, a missing --container-config, a run the runtime cannot honour (from an archive): exit 2, nothing under -o", async () => {
     const root = join(out, "refused-root");
     const refusals: [string[], string][] = [
-      [[examples, "--agent", "no-such-agent"], "--agent no-such-agent: not oracle, nop, llm"],
+      [[examples, "--agent", "no-such-agent"], "--agent no-such-agent: no such agent, and no such directory"],
       [[examples, "--agent", "llm", "--model", "m", "--api-key-env", "PROCTOR_TEST_UNSET_KEY"], "$PROCTOR_TEST_UNSET_KEY is not set"],
       [[examples, "--container-config", join(out, "no-such.json")], `--container-config ${join(out, "no-such.json")}: cannot be read`],
       // The archive is extracted into the run directory before the runtime refuses the run.

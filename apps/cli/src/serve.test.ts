@@ -47,7 +47,7 @@ describe("proctor serve + proctor submit", () => {
   });
 
   test("submit without credentials is a usage error", async () => {
-    const r = await finish(cli(["submit", archive, "--server", url], { PROCTOR_HOTKEY_URI: "", PROCTOR_HOTKEY_FILE: "", PROCTOR_TOKEN: "" }));
+    const r = await finish(cli(["submit", archive, "--server", url], { PROCTOR_HOTKEY_URI: "", PROCTOR_HOTKEY_FILE: "", PROCTOR_TOKEN: "", PROCTOR_TOKENS: "" }));
     expect(r.code).toBe(2);
     expect(r.stderr).toContain("no credentials");
   });

@@ -9,6 +9,7 @@ import {
   RuntimeUnavailableError,
   SANDBOX_PATHS,
   SANDBOX_PATH_ENV,
+  SandboxConfigError,
   SandboxError,
   SandboxStartError,
   removeOrphanTempDirs,
@@ -88,7 +89,7 @@ function xattrChoiceFromEnv(): XattrChoice {
   const value = process.env.PROCTOR_OVERLAY_XATTRS;
   if (value === undefined || value === "") return "auto";
   if ((XATTR_CHOICES as readonly string[]).includes(value)) return value as XattrChoice;
-  throw new RuntimeUnavailableError(`PROCTOR_OVERLAY_XATTRS must be one of ${XATTR_CHOICES.join(", ")}; got "${value}" (unset it for auto)`);
+  throw new SandboxConfigError(`PROCTOR_OVERLAY_XATTRS must be one of ${XATTR_CHOICES.join(", ")}; got "${value}" (unset it for auto)`);
 }
 
 export const DEFAULT_WARM_POOL = 4;
@@ -225,6 +226,21 @@ export class DockerRuntime implements SandboxRuntime {
   }
 
   /**
+   * The containers labelled proctor.managed=true whose proctor.owner process is gone, as reap()
+   * would remove them (nothing is removed): their id, name and owner label.
+   */
+  async orphans(): Promise<{ Id: string; Names: string[]; Labels: Record<string, string> }[]> {
+    return this.guard(async () => {
+      const containers = await this.docker.listContainers({ all: true, filters: { label: [`${LABELS.managed}=true`] } });
+      const host = hostname();
+      return containers.filter((info) => {
+        const owner = parseOwner(info.Labels[LABELS.owner]);
+        return owner !== null && ownerIsGone(owner, host);
+      });
+    });
+  }
+
+  /**
    * Removes containers labelled proctor.managed=true whose proctor.owner process is gone (same
    * host, and its pid is free or now belongs to a process that started later). Containers of
    * other hosts, of live owners, or with an owner label in another format are left alone. Exec-
@@ -232,12 +248,8 @@ export class DockerRuntime implements SandboxRuntime {
    */
   async reap(): Promise<number> {
     return this.guard(async () => {
-      const containers = await this.docker.listContainers({ all: true, filters: { label: [`${LABELS.managed}=true`] } });
-      const host = hostname();
       let removed = 0;
-      for (const info of containers) {
-        const owner = parseOwner(info.Labels[LABELS.owner]);
-        if (!owner || !ownerIsGone(owner, host)) continue;
+      for (const info of await this.orphans()) {
         try {
           await this.docker.getContainer(info.Id).remove({ force: true, v: true });
           removed++;

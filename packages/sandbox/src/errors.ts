@@ -11,6 +11,14 @@ export class RuntimeUnavailableError extends SandboxError {
   override name = "RuntimeUnavailableError";
 }
 
+/**
+ * A runtime was configured wrongly (a bad option or environment variable, e.g. an unknown
+ * PROCTOR_OVERLAY_XATTRS value): the user's mistake, not the host's; fixing it needs no engine.
+ */
+export class SandboxConfigError extends SandboxError {
+  override name = "SandboxConfigError";
+}
+
 /** The image could not be used, pulled or built. Infra. */
 export class ImageError extends SandboxError {
   override name = "ImageError";

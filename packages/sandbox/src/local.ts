@@ -226,19 +226,19 @@ export class LocalRuntime implements SandboxRuntime {
   }
 
   /**
-   * Remove roots under rootDir whose owner process is gone, after killing the process groups
-   * they recorded. Roots without an owner record are left alone (and logged): they may be in
-   * the middle of being created.
+   * The roots under rootDir whose owner process is gone, as reap() would remove them (nothing is
+   * removed or killed). Roots without an owner record are not listed (and are logged): they may
+   * be in the middle of being created.
    */
-  async reap(): Promise<number> {
+  async orphans(): Promise<{ root: string; id: string; ownerPid: number }[]> {
     let names: string[];
     try {
       names = await readdir(this.rootDir);
     } catch (error) {
-      if (errnoCode(error) === "ENOENT") return 0;
+      if (errnoCode(error) === "ENOENT") return [];
       throw error;
     }
-    let removed = 0;
+    const found: { root: string; id: string; ownerPid: number }[] = [];
     for (const name of names) {
       if (!name.startsWith(LOCAL_ROOT_PREFIX)) continue;
       const root = join(this.rootDir, name);
@@ -251,9 +251,21 @@ export class LocalRuntime implements SandboxRuntime {
         continue;
       }
       if (sameProcessAlive(owner.ownerPid, owner.ownerStartTime)) continue;
+      found.push({ root, id: owner.id, ownerPid: owner.ownerPid });
+    }
+    return found;
+  }
+
+  /**
+   * Remove roots under rootDir whose owner process is gone (orphans()), after killing the process
+   * groups they recorded.
+   */
+  async reap(): Promise<number> {
+    let removed = 0;
+    for (const { root, id, ownerPid } of await this.orphans()) {
       await killRecordedProcesses(root, this.logger);
       await removeTree(root);
-      this.logger.info("reap: removed sandbox root of a dead owner", { root, id: owner.id, ownerPid: owner.ownerPid });
+      this.logger.info("reap: removed sandbox root of a dead owner", { root, id, ownerPid });
       removed++;
     }
     return removed;

@@ -25,14 +25,14 @@ export async function makeOwnedTempDir(prefix: string, parent: string = tmpdir()
 }
 
 /**
- * Removes the `prefix` temp directories in `parent` whose process is gone. A live process's,
- * names in any other form, and entries that are not directories of this user (another user's
- * in a shared /tmp, or a link planted under one of our names) are left alone. One that cannot be
- * removed is listed in `failed` and the rest still go.
+ * The `prefix` temp directories in `parent` whose process is gone, as removeOrphanTempDirs would
+ * remove them (nothing is removed): a live process's, names in any other form, and entries that
+ * are not directories of this user (another user's in a shared /tmp, or a link planted under one
+ * of our names) are not listed; one whose owner cannot be read is in `failed`.
  */
-export async function removeOrphanTempDirs(prefix: string, parent: string = tmpdir()): Promise<{ removed: string[]; failed: { path: string; error: string }[] }> {
+export async function findOrphanTempDirs(prefix: string, parent: string = tmpdir()): Promise<{ found: string[]; failed: { path: string; error: string }[] }> {
   const name = new RegExp(`^${prefix.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}(\\d+)-(\\d+|unknown)-[A-Za-z0-9]{6}$`);
-  const removed: string[] = [];
+  const found: string[] = [];
   const failed: { path: string; error: string }[] = [];
   const uid = process.getuid?.();
   for (const entry of await readdir(parent, { withFileTypes: true })) {
@@ -44,6 +44,24 @@ export async function removeOrphanTempDirs(prefix: string, parent: string = tmpd
     try {
       // A directory (readdir's type), so this lstat cannot be of a FIFO (see removeTreeWithoutStat).
       if (uid !== undefined && (await lstat(path)).uid !== uid) continue;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "ENOENT") failed.push({ path, error: (error as Error).message });
+      continue;
+    }
+    found.push(path);
+  }
+  return { found, failed };
+}
+
+/**
+ * Removes the `prefix` temp directories in `parent` whose process is gone (findOrphanTempDirs).
+ * One that cannot be removed is listed in `failed` and the rest still go.
+ */
+export async function removeOrphanTempDirs(prefix: string, parent: string = tmpdir()): Promise<{ removed: string[]; failed: { path: string; error: string }[] }> {
+  const removed: string[] = [];
+  const { found, failed } = await findOrphanTempDirs(prefix, parent);
+  for (const path of found) {
+    try {
       await removeTreeWithoutStat(path);
       removed.push(path);
     } catch (error) {

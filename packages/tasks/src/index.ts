@@ -13,7 +13,7 @@ export { loadTermExecutorArchive, isTermExecutorRoot } from "./submission";
 export type { TermExecutorArchive } from "./submission";
 export { hashTask } from "./hash";
 export { defaultCacheDir } from "./tree";
-export { parseSizeMb } from "./fields";
+export { nearestName, parseSizeMb } from "./fields";
 export { loadSwebenchFile, isSwebenchFile, mirrorPath, SwebenchGrading, SWEBENCH_WORKDIR, SWEBENCH_BASE_IMAGE, SWEBENCH_LOG_PARSERS } from "./swebench";
 export type { SwebenchOptions, SwebenchLogParser } from "./swebench";
 export { deriveTestSpec, testDirectives, SWEBENCH_SPEC_REPOS } from "./swebench-specs";

@@ -1,14 +1,14 @@
 import { readFile, stat } from "node:fs/promises";
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
 import type { AgentSpec, Logger, ModelProxySpec, RunSummary, TaskSpec } from "@proctor/schema";
 import { DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL } from "@proctor/llm";
 import { lockRunDir, readRunConfig, startRun, type RunDirLock } from "@proctor/engine";
-import { loadTasks } from "@proctor/tasks";
+import { loadTasks, nearestName } from "@proctor/tasks";
 import { AgentConfigError, AgentError, BUILTIN_INSTALLED_AGENTS, readPriceTable, builtinInstalledAgent, installAgent, isBuiltinInstalledAgent, patchesAgent, readImageAgent, readInstalledAgent, type InstalledAgentDefinition } from "@proctor/agents";
 import { parseContainerConfig, type ContainerConfig } from "@proctor/sandbox-docker";
-import { describeLimits, resolveRunLimits, storedRunLimits, type LimitFlags, type ResolvedLimits } from "../limits";
+import { concurrencyWarning, describeLimits, hostCapacity, resolveRunLimits, storedRunLimits, type LimitFlags, type ResolvedLimits } from "../limits";
 import { CliError, UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT, EXIT_TRIALS_FAILED } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
 import { createProgress, renderRunSummary } from "@proctor/report";
@@ -88,30 +88,71 @@ function pricesFor(file: string, model: string): NonNullable<ModelProxySpec["pri
 }
 
 /**
- * The llm AgentSpec from flags: base URL from --base-url, else $OPENAI_BASE_URL, else OpenAI;
- * the key's env var NAME from --api-key-env (default OPENAI_API_KEY). The key is not read here.
+ * `--model provider/name` of a provider whose OpenAI-compatible endpoint and key variable are
+ * known, as Inspect names them: with no --base-url (nor $OPENAI_BASE_URL) the model goes to that
+ * provider as `name` (`openai/gpt-4o` -> gpt-4o at OpenAI's API, key in $OPENAI_API_KEY). Today
+ * such a name would go to OpenAI as it is, which knows no name with a slash, so no working
+ * command changes meaning; with a --base-url the name is sent as given (OpenRouter, vLLM).
+ */
+const MODEL_PROVIDERS: Readonly<Record<string, { label: string; baseUrl: string; apiKeyEnv: string }>> = {
+  openai: { label: "OpenAI", baseUrl: "https://api.openai.com/v1", apiKeyEnv: "OPENAI_API_KEY" },
+  anthropic: { label: "Anthropic's OpenAI-compatible endpoint", baseUrl: "https://api.anthropic.com/v1", apiKeyEnv: "ANTHROPIC_API_KEY" },
+  openrouter: { label: "OpenRouter", baseUrl: "https://openrouter.ai/api/v1", apiKeyEnv: "OPENROUTER_API_KEY" },
+  google: { label: "Google's OpenAI-compatible Gemini endpoint", baseUrl: "https://generativelanguage.googleapis.com/v1beta/openai", apiKeyEnv: "GOOGLE_API_KEY" },
+  mistral: { label: "Mistral", baseUrl: "https://api.mistral.ai/v1", apiKeyEnv: "MISTRAL_API_KEY" },
+  groq: { label: "Groq", baseUrl: "https://api.groq.com/openai/v1", apiKeyEnv: "GROQ_API_KEY" },
+  together: { label: "Together", baseUrl: "https://api.together.xyz/v1", apiKeyEnv: "TOGETHER_API_KEY" },
+};
+
+/** Where `--model provider/name` goes (MODEL_PROVIDERS), or null: a plain name, a --base-url or $OPENAI_BASE_URL given, or another prefix. */
+function modelRoute(flags: Pick<LlmFlags, "model" | "baseUrl" | "apiKeyEnv">, env: NodeJS.ProcessEnv = process.env): { provider: string; label: string; model: string; baseUrl: string; apiKeyEnv: string } | null {
+  const slash = flags.model?.indexOf("/") ?? -1;
+  if (!flags.model || slash < 1 || flags.baseUrl !== undefined || env.OPENAI_BASE_URL) return null;
+  const provider = flags.model.slice(0, slash);
+  const model = flags.model.slice(slash + 1);
+  const known = Object.hasOwn(MODEL_PROVIDERS, provider) ? MODEL_PROVIDERS[provider] : undefined;
+  if (!known || model === "") return null;
+  return { provider, label: known.label, model, baseUrl: known.baseUrl, apiKeyEnv: flags.apiKeyEnv ?? known.apiKeyEnv };
+}
+
+/** The hosted APIs that always take a key (MODEL_PROVIDERS' hosts). */
+const KEYED_HOSTS = new Set(Object.values(MODEL_PROVIDERS).map((p) => new URL(p.baseUrl).host));
+
+/**
+ * The llm AgentSpec from flags: base URL from --base-url, else $OPENAI_BASE_URL, else OpenAI
+ * (or the provider of `--model provider/name`, modelRoute); the key's env var NAME from
+ * --api-key-env (default OPENAI_API_KEY, or the provider's). The key is not read here, only
+ * checked to be set where one is needed.
  */
 export function llmSpec(flags: LlmFlags, env: NodeJS.ProcessEnv = process.env): AgentSpec {
-  if (!flags.model) throw new UsageError("--agent llm needs --model NAME (e.g. --model gpt-4.1-mini, or the name your vLLM server serves)");
-  const baseUrl = flags.baseUrl ?? (env.OPENAI_BASE_URL || DEFAULT_BASE_URL);
+  if (!flags.model) throw new UsageError("--agent llm needs --model NAME (e.g. --model gpt-4.1-mini, --model openai/gpt-4o, or the name your vLLM server serves)");
+  const route = modelRoute(flags, env);
+  const baseUrl = route?.baseUrl ?? flags.baseUrl ?? (env.OPENAI_BASE_URL || DEFAULT_BASE_URL);
+  let host: string;
   try {
     const url = new URL(baseUrl);
     if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error("not http(s)");
+    host = url.host;
   } catch {
     throw new UsageError(`--base-url must be an http(s) URL such as http://127.0.0.1:8000/v1, got "${baseUrl}"${flags.baseUrl === undefined ? " (from $OPENAI_BASE_URL)" : ""}`);
   }
-  const apiKeyEnv = flags.apiKeyEnv ?? DEFAULT_API_KEY_ENV;
+  const apiKeyEnv = route?.apiKeyEnv ?? flags.apiKeyEnv ?? DEFAULT_API_KEY_ENV;
   if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(apiKeyEnv)) {
     throw new UsageError(`--api-key-env takes the NAME of an environment variable (e.g. OPENROUTER_API_KEY), not the key itself; got a value that is not a variable name`);
   }
-  // A variable named on purpose must hold the key: requests without it would all fail. Only the
-  // default may be unset (local servers such as vLLM take no key).
-  if (apiKeyEnv !== DEFAULT_API_KEY_ENV && !env[apiKeyEnv]) {
+  // A variable named on purpose must hold the key: requests without it would all fail.
+  if (flags.apiKeyEnv !== undefined && flags.apiKeyEnv !== DEFAULT_API_KEY_ENV && !env[apiKeyEnv]) {
     throw new UsageError(`$${apiKeyEnv} is not set (--api-key-env ${apiKeyEnv}): export it with the API key, or leave --api-key-env out for an endpoint that takes no key`);
+  }
+  // So must the default one when the requests go to a hosted API (OpenAI's, or --model
+  // provider/name's); only a server of your own (--base-url, $OPENAI_BASE_URL) may take none.
+  if (!env[apiKeyEnv] && (route !== null || KEYED_HOSTS.has(host))) {
+    const where = route ? `--model ${flags.model} goes to ${route.label} at ${baseUrl}` : `the model requests go to ${baseUrl}`;
+    throw new UsageError(`$${apiKeyEnv} is not set, and ${where}, which needs a key: export ${apiKeyEnv}, name the variable holding it with --api-key-env VAR, or point --base-url at a server that takes none (e.g. vLLM)`);
   }
   return {
     kind: "llm",
-    model: flags.model,
+    model: route?.model ?? flags.model,
     baseUrl,
     apiKeyEnv,
     ...(flags.maxTurns !== undefined ? { maxTurns: flags.maxTurns } : {}),
@@ -156,7 +197,7 @@ export function installedDefinition(value: string): InstalledAgentDefinition | n
 function installedSpec(value: string, def: InstalledAgentDefinition, flags: LlmFlags, env: NodeJS.ProcessEnv = process.env): AgentSpec {
   const flagName = (k: string) => `--${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
   const loopOnly = Object.entries(flags).filter(([k, v]) => v !== undefined && v !== false && ["maxTurns", "temperature", "maxOutputTokens", "llmProxy"].includes(k)).map(([k]) => flagName(k));
-  if (loopOnly.length > 0) throw new UsageError(`${loopOnly.join(", ")} do not go with --agent ${value} (the CLI runs its own loop; its model comes through Proctor's proxy already)`);
+  if (loopOnly.length > 0) throw new UsageError(`${flagsVerb(loopOnly, "does not go", "do not go")} with --agent ${value} (the CLI runs its own loop; its model comes through Proctor's proxy already)`);
   if (!flags.model) throw new UsageError(`--agent ${value} needs --model NAME (the model the CLI is evaluated with, e.g. ${def.protocol === "anthropic-messages" ? "claude-sonnet-4-5" : "gpt-5"})`);
   const fallback = defaultBaseUrl(def.protocol, env);
   const baseUrl = flags.baseUrl ?? fallback.url;
@@ -187,6 +228,19 @@ function installedSpec(value: string, def: InstalledAgentDefinition, flags: LlmF
   };
 }
 
+/** Every kind of --agent, for messages that list them. */
+const AGENT_KINDS = "oracle, nop, llm, claude-code[@VER], codex[@VER], installed:<dir>[@VER], patches:<file>, image:<dir>, or a code agent's directory";
+/** The agents a --model goes with. */
+const MODEL_AGENTS = "--agent llm, claude-code, codex, installed:<dir>, or a code agent's directory with --llm-proxy";
+/** The agents --llm-budget-tokens, --llm-budget-requests and --price-table go with (through the model proxy). */
+const PROXY_AGENTS = "--agent claude-code, codex, installed:<dir>, or a code agent's directory with --llm-proxy";
+
+/** `--a goes` / `--a and --b go` / `--a, --b and --c go`: flags and the verb that agrees with them. */
+function flagsVerb(flags: string[], singular: string, plural: string): string {
+  const list = flags.length <= 1 ? flags.join("") : `${flags.slice(0, -1).join(", ")} and ${flags.at(-1)}`;
+  return `${list} ${flags.length === 1 ? singular : plural}`;
+}
+
 export function parseAgent(value: string | undefined, archiveAgentDir: string | null, llm: LlmFlags = {}): AgentSpec {
   if (value !== undefined) {
     const installed = installedDefinition(value);
@@ -198,11 +252,11 @@ export function parseAgent(value: string | undefined, archiveAgentDir: string | 
   const loopOnly = given(["maxTurns", "temperature", "maxOutputTokens"]);
   const llmFlags = given(Object.keys(llm));
   if (value === "llm") {
-    if (proxyOnly.length > 0) throw new UsageError(`${proxyOnly.join(", ")} go with a code agent (--agent <dir> --llm-proxy), not --agent llm`);
+    if (proxyOnly.length > 0) throw new UsageError(`${flagsVerb(proxyOnly, "goes", "go")} with a code agent (--agent <dir> --llm-proxy), not --agent llm`);
     return llmSpec(llm);
   }
   if (llm.llmProxy) {
-    if (loopOnly.length > 0) throw new UsageError(`${loopOnly.join(", ")} only go with --agent llm (with --llm-proxy the agent sends its own requests)`);
+    if (loopOnly.length > 0) throw new UsageError(`${flagsVerb(loopOnly, "only goes", "only go")} with --agent llm (with --llm-proxy the agent sends its own requests)`);
     const code = value === undefined || value === "oracle" || value === "nop" ? null : parseAgent(value, archiveAgentDir);
     const dir = value === undefined ? archiveAgentDir : code?.kind === "code" ? code.dir : null;
     if (!dir) throw new UsageError("--llm-proxy gives a code agent a model: use it with --agent <agent-dir> (or an archive with agent_code/)");
@@ -218,7 +272,19 @@ export function parseAgent(value: string | undefined, archiveAgentDir: string | 
       },
     };
   }
-  if (llmFlags.length > 0) throw new UsageError(`${llmFlags.join(", ")} only go with --agent llm, or with a code agent and --llm-proxy`);
+  const agent = parsePlainAgent(value, archiveAgentDir);
+  if (llmFlags.length > 0) {
+    // Which agents take these flags, and why this one does not.
+    const why = agent.kind === "code" ? "a code agent takes one only with --llm-proxy: add it" : `${value === undefined ? `the default agent, ${agent.kind},` : `--agent ${value}`} takes no model`;
+    if (loopOnly.length > 0) throw new UsageError(`${flagsVerb(loopOnly, "only goes", "only go")} with --agent llm; ${why}`);
+    if (proxyOnly.length === llmFlags.length) throw new UsageError(`${flagsVerb(proxyOnly, "goes", "go")} with an agent that takes a model through the model proxy (${PROXY_AGENTS}); ${why}`);
+    throw new UsageError(`${flagsVerb(llmFlags, "goes", "go")} with an agent that takes a model (${MODEL_AGENTS}); ${why}`);
+  }
+  return agent;
+}
+
+/** An --agent that takes no model flags: oracle, nop, image:<dir>, a code agent's directory (default: the archive's agent_code/, else oracle). */
+function parsePlainAgent(value: string | undefined, archiveAgentDir: string | null): AgentSpec {
   if (value === undefined) {
     if (archiveAgentDir) return { kind: "code", dir: archiveAgentDir };
     return { kind: "oracle" };
@@ -226,8 +292,14 @@ export function parseAgent(value: string | undefined, archiveAgentDir: string | 
   if (value === "oracle" || value === "nop") return { kind: value };
   if (value.startsWith("image:")) return imageAgentSpec(value.slice("image:".length));
   const dir = resolve(value);
-  if (!existsSync(dir)) {
-    throw new UsageError(`--agent ${value}: not oracle, nop, llm, claude-code, codex or installed:<dir>, and no such directory`);
+  const info = statSync(dir, { throwIfNoEntry: false });
+  if (!info) {
+    // A typo of an agent's name (not a path) gets the nearest name first.
+    const near = /[/\\]/.test(value) ? undefined : nearestName(value, ["oracle", "nop", "llm", ...BUILTIN_INSTALLED_AGENTS]);
+    throw new UsageError(`--agent ${value}: no such agent, and no such directory${near ? `; did you mean --agent ${near}?` : ""} (--agent takes ${AGENT_KINDS})`);
+  }
+  if (!info.isDirectory()) {
+    throw new UsageError(`--agent ${value} is a file: name the directory holding it (--agent ${dirname(value)}); a code agent is a directory with run.sh (or agent.toml for an installed agent: --agent installed:<dir>)`);
   }
   return { kind: "code", dir };
 }
@@ -392,7 +464,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     await (await lockRunDir(join(runsRoot, runId))).release();
     throw new UsageError(`run ${runId} already exists in ${runsRoot}; pass --resume ${join(runsRoot, runId)} to continue it, or another --run-id`);
   }
-  if (sources.length === 0) throw new UsageError("proctor run: give at least one task source (a task dir, a dir of tasks, or an archive)");
+  if (sources.length === 0) throw new UsageError("give at least one task source: proctor run <source>... (a task dir, a dir of tasks, an archive, or dataset rows)");
 
   // Everything the flags alone decide is checked before the run directory exists: a refused run leaves none.
   // (An archive's agent_code/ is the default agent, so without --agent the agent waits for the sources.)
@@ -439,6 +511,9 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     const agent = namedAgent ?? parseAgent(undefined, prepared.agentDir, llmFlags);
     // Which agent runs, and why that one: an archive's agent_code/ is used only when --agent is not given.
     err.write(`agent: ${describeAgent(agent, agentArg)}${options.resume && options.agent === undefined ? " (the resumed run's)" : options.agent === undefined ? describeDefault(prepared.agentDir) : ""}\n`);
+    // `--model provider/name` picked the endpoint and the key's variable: say so, and which.
+    const route = "kind" in agent && (agent.kind === "llm" || (agent.kind === "code" && agent.modelProxy)) ? modelRoute(llmFlags) : null;
+    if (route) err.write(`model: --model ${llmFlags.model} picked ${route.label} at ${route.baseUrl}, the key in $${route.apiKeyEnv}, and sends the model as ${route.model} (--base-url and --api-key-env pick others)\n`);
     const queued = options.queue
       ? openQueuedRun({ url: options.queue, bundlesDir: options.bundlesDir, out: options.out, runtime: parseRuntimeChoice(runtimeArg), logger: options.logger, err })
       : null;
@@ -469,6 +544,9 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       err.write(`run directory: ${runDir}\n`);
       // Sandboxes without a filesystem of their own are host processes: no limit applies to them.
       err.write(`${describeLimits(resolvedLimits, runtime.capabilities.files)}\n`);
+      // A -n past what the host holds is allowed, but said once (queued trials run on the workers' hosts).
+      const crowded = queued ? null : concurrencyWarning(options.concurrency, tasks.length * attempts, resolvedLimits.limits?.defaults ?? {}, hostCapacity());
+      if (crowded) err.write(`${crowded}\n`);
       const progress = createProgress(err, { runDir, intervalMs: progressInterval });
       let summary: RunSummary;
       try {

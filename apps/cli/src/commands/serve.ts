@@ -105,8 +105,18 @@ async function loadServer(): Promise<typeof import("@proctor/server")> {
     return await import("@proctor/server");
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "ERR_MODULE_NOT_FOUND" || !String(error).includes("@proctor/server")) throw error;
-    throw new UsageError("proctor serve needs the server app: install @proctor/server next to @proctor/cli (npm install @proctor/server)", { cause: error });
+    throw new UsageError("serve needs the server app, which is not installed: install @proctor/server next to @proctor/cli (npm install @proctor/server)", { cause: error });
   }
+}
+
+/**
+ * Hotkey auth (the default) with no allowlist at all: the other way in is bearer tokens, said
+ * in the same line (a newcomer without SS58 hotkeys wants that one).
+ */
+function noHotkeysHint(options: ServeOptions): string {
+  const hotkeyAuth = options.auth === "epistula" || options.auth === "hotkey-header-insecure";
+  const listed = options.hotkeysFile !== undefined || process.env.PROCTOR_HOTKEYS !== undefined || process.env.PROCTOR_HOTKEYS_FILE !== undefined;
+  return hotkeyAuth && !listed ? "; or serve bearer tokens instead: export PROCTOR_TOKENS=$(openssl rand -hex 32) and pass --auth token" : "";
 }
 
 /** `proctor serve`: the batch server until SIGINT/SIGTERM, then a graceful stop (running batches resume on the next start). */
@@ -170,7 +180,7 @@ export async function serveCommand(options: ServeOptions): Promise<number> {
     logger: options.logger,
   }).catch((error: unknown) => {
     // Bad or unsafe server options are bad usage (exit 2), like bad flags.
-    if (error instanceof ServerConfigError) throw new UsageError(error.message, { cause: error });
+    if (error instanceof ServerConfigError) throw new UsageError(`${error.message}${noHotkeysHint(options)}`, { cause: error });
     throw error;
   });
   if (receiptKey !== undefined) process.stderr.write(`proctor serve: signing batch receipts as ${receiptKey.address}\n`);

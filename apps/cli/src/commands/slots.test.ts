@@ -73,7 +73,9 @@ describe.skipIf(!docker)("proctor slots against proctor serve --slots (Docker)",
     expect((await slots(["rm", id])).code).toBe(0);
     const gone = await slots(["exec", id, "--", "true"]);
     expect(gone.code).toBe(1);
-    expect(gone.stderr).toContain(`no slot ${id} on ${url}`);
+    // A deleted slot says so once: the server's "no slot ID", then what happened and what to do.
+    expect(gone.stderr).toContain(`404 no slot ${id}; it was released, or the server at ${url} restarted: create one with proctor slots create`);
+    expect(gone.stderr.match(/no slot/g)).toHaveLength(1);
   }, 300_000);
 
   test("clear errors: bad token 401, another credential 403, exhausted pool 503, expired 410, bad --repo, no credentials; the token is never printed", async () => {
@@ -103,7 +105,7 @@ describe.skipIf(!docker)("proctor slots against proctor serve --slots (Docker)",
     const repo = await slots(["create", "--repo", "nocommit"]);
     expect(repo.code).toBe(2);
     expect(repo.stderr).toContain("--repo must be NAME@COMMIT");
-    const none = await finish(spawnProctor(["slots", "pool", "--server", url], { PROCTOR_TOKEN: "", PROCTOR_HOTKEY_URI: "", PROCTOR_HOTKEY_FILE: "" }));
+    const none = await finish(spawnProctor(["slots", "pool", "--server", url], { PROCTOR_TOKEN: "", PROCTOR_TOKENS: "", PROCTOR_HOTKEY_URI: "", PROCTOR_HOTKEY_FILE: "" }));
     expect(none.code).toBe(2);
     expect(none.stderr).toContain("no credentials");
     const down = await finish(spawnProctor(["slots", "pool", "--server", "http://127.0.0.1:9"], asUser));

@@ -32,13 +32,17 @@ function parseRepo(repo: string): { name: string; commit: string } {
   return { name: m[1] as string, commit: m[2] as string };
 }
 
-/** What the server's refusal means for someone at a terminal: the status, its message, and what to do. */
-function explain(error: ClientError, server: string, id?: string): CliError {
+/** What the server's refusal means for someone at a terminal: the status, its message, and what to do (said once: the server's answer already names the slot). */
+export function explain(error: ClientError, server: string, id?: string): CliError {
   const hint: Record<number, string> = {
     0: `is the server running? start it with: proctor serve --slots (or check --server ${server})`,
     401: `the server ${server} did not accept the credentials: pass --token TOKEN (or PROCTOR_TOKEN) or a hotkey it allows (--key-file, PROCTOR_HOTKEY_URI)`,
     403: `slot ${id ?? ""} on ${server} belongs to another credential: use the credentials that created it`,
-    404: id ? `no slot ${id} on ${server} (released, or the server restarted): create one with proctor slots create` : `${server} does not serve the slots API: start it with proctor serve --slots`,
+    404: !id
+      ? `${server} does not serve the slots API: start it with proctor serve --slots`
+      : error.message.includes(`no slot ${id}`)
+        ? `it was released, or the server at ${server} restarted: create one with proctor slots create`
+        : `no slot ${id} on ${server} (released, or the server restarted): create one with proctor slots create`,
     410: `slot ${id ?? ""} on ${server} is gone (expired, or its sandbox stopped): create a new one with proctor slots create`,
     503: `every slot on ${server} is busy${error.retryAfterSec !== null ? `; retry in ${error.retryAfterSec} s` : ""}, release slots (proctor slots rm ID) or start the server with a larger --slots-max-sandboxes`,
   };

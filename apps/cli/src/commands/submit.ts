@@ -6,7 +6,7 @@ import { batchTaskTable, createBatchProgress } from "@proctor/report";
 import { UsageError } from "../errors";
 import { percent } from "../format";
 
-/** How the CLI signs in to a server: --token / $PROCTOR_TOKEN, else a hotkey (--key-file, $PROCTOR_HOTKEY_URI / $PROCTOR_HOTKEY_FILE). */
+/** How the CLI signs in to a server: --token / $PROCTOR_TOKEN (or a lone token in $PROCTOR_TOKENS), else a hotkey (--key-file, $PROCTOR_HOTKEY_URI / $PROCTOR_HOTKEY_FILE). */
 export interface ServerCredentials {
   server: string;
   keyFile?: string;
@@ -21,16 +21,36 @@ export interface SubmitOptions extends ServerCredentials {
   json: boolean;
 }
 
+/**
+ * The plain tokens of `PROCTOR_TOKENS`, the variable `proctor serve --auth token` reads
+ * (comma- or space-separated; `sha256:<hex>` entries are hashes, no use to a client).
+ */
+function serverTokens(env: NodeJS.ProcessEnv): string[] {
+  return (env.PROCTOR_TOKENS ?? "").split(/[\s,]+/).filter((t) => t !== "" && !t.startsWith("sha256:"));
+}
+
+/**
+ * The bearer token: --token, else $PROCTOR_TOKEN, else $PROCTOR_TOKENS when it holds exactly one
+ * plain token (so `export PROCTOR_TOKENS=...` serves a server and its clients in one shell).
+ */
+export function clientToken(token: string | undefined, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  if (token !== undefined) return token;
+  if (env.PROCTOR_TOKEN) return env.PROCTOR_TOKEN;
+  const listed = serverTokens(env);
+  return listed.length === 1 ? listed[0] : undefined;
+}
+
 /** The typed client for `--server` with the caller's credentials; a UsageError naming the flags when there are none. */
 export function clientFor(options: ServerCredentials): ProctorClient {
-  const token = options.token ?? process.env.PROCTOR_TOKEN;
+  const token = clientToken(options.token);
   let auth: ClientAuth = { token, signedFor: options.signedFor };
   if (!token) {
     try {
       auth = { keypair: loadKeypair({ file: options.keyFile, logger: options.logger }), signedFor: options.signedFor };
     } catch (error) {
+      const several = serverTokens(process.env).length > 1 ? "; $PROCTOR_TOKENS holds several tokens: pick yours with --token or PROCTOR_TOKEN" : "";
       throw new UsageError(
-        `no credentials: pass --key-file FILE, set PROCTOR_HOTKEY_URI (a mnemonic, 0x seed or //Dev URI) or PROCTOR_HOTKEY_FILE, or --token / PROCTOR_TOKEN (${error instanceof Error ? error.message : String(error)})`,
+        `no credentials: pass --key-file FILE, set PROCTOR_HOTKEY_URI (a mnemonic, 0x seed or //Dev URI) or PROCTOR_HOTKEY_FILE, or --token / PROCTOR_TOKEN (${error instanceof Error ? error.message : String(error)})${several}`,
         { cause: error },
       );
     }

@@ -42,7 +42,7 @@ function shown(path: string): string {
 export async function tasksListCommand(options: TasksListOptions): Promise<number> {
   const out = options.stdout ?? process.stdout;
   const err = options.stderr ?? process.stderr;
-  if (options.sources.length === 0) throw new UsageError("proctor tasks list: give at least one task source (a task dir, a dir of tasks, or an archive)");
+  if (options.sources.length === 0) throw new UsageError("give at least one task source: proctor tasks list <source>... (a task dir, a dir of tasks, or an archive)");
   const scratch = await mkdtemp(join(tmpdir(), "proctor-tasks-list-"));
   try {
     const prepared = await prepareSources(options.sources.map((s) => resolve(s)), scratch, options.logger);

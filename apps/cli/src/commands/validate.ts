@@ -41,7 +41,7 @@ interface Outcome { oracle?: TrialResult; nop?: TrialResult }
 export async function validateCommand(options: ValidateOptions): Promise<number> {
   const out = options.stdout ?? process.stdout;
   const err = options.stderr ?? process.stderr;
-  if (options.paths.length === 0) throw new UsageError("proctor tasks validate: give at least one task source (a task dir, a dir of tasks, an archive, or dataset rows)");
+  if (options.paths.length === 0) throw new UsageError("give at least one task source: proctor tasks validate <source>... (a task dir, a dir of tasks, an archive, or dataset rows)");
   const root = await mkdtemp(join(tmpdir(), "proctor-validate-"));
   const results = new Map<string, Outcome>();
   let tasks: TaskSpec[] = [];
