@@ -1,19 +1,16 @@
 import { describe, expect, test } from "vitest";
-import { execFile } from "node:child_process";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
-import { mkdir, mkdtemp, rm, symlink } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { execFileSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { buildProgram } from "../../apps/cli/src/program";
+import { commandBlocks, docs, parseMarker, repo, strayMarkers } from "./blocks";
 
 type Command = ReturnType<typeof buildProgram>;
 
-// The docs a newcomer follows: README.md and docs/*.md. Every relative link must lead to a file,
-// every `proctor` flag a doc shows must be one its command's --help lists, and the task guide's
-// walkthrough must run as written.
+// The docs a newcomer follows: README.md and docs/*.md. Every relative link must lead to a file
+// (and a #heading of it), every `proctor` flag a doc shows must be one its command's --help lists,
+// and every command block must run (blocks.test.ts) or say why it cannot.
 
-const repo = resolve(import.meta.dirname, "../..");
-const docs = ["README.md", ...readdirSync(join(repo, "docs")).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
 const text = (doc: string) => readFileSync(join(repo, doc), "utf8");
 
 /** Fenced code blocks of a Markdown file, with the language named after the fence. */
@@ -24,16 +21,42 @@ function fences(markdown: string): { lang: string; body: string }[] {
 /** Markdown without its fenced blocks (inline code and links live in the prose). */
 const prose = (markdown: string) => markdown.replace(/^```[^\n]*\n[\s\S]*?^```/gm, "");
 
+/** The anchors GitHub gives a Markdown file's headings: lower case, punctuation dropped, spaces as hyphens. */
+function anchors(markdown: string): Set<string> {
+  const seen = new Map<string, number>();
+  const found = new Set<string>();
+  for (const m of prose(markdown).matchAll(/^#{1,6}\s+(.+?)\s*#*\s*$/gm)) {
+    const slug = (m[1] ?? "").toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, "").replace(/\s/g, "-");
+    const n = seen.get(slug) ?? 0;
+    seen.set(slug, n + 1);
+    found.add(n === 0 ? slug : `${slug}-${n}`);
+  }
+  return found;
+}
+
 describe("links", () => {
-  test.each(docs)("every relative link in %s leads to a file of the repository", (doc) => {
+  test.each(docs)("every relative link in %s leads to a file of the repository, and to a heading of it", (doc) => {
     const broken: string[] = [];
     for (const m of prose(text(doc)).matchAll(/\]\(([^)\s]+)\)/g)) {
       const target = m[1] ?? "";
-      if (/^[a-z]+:/i.test(target) || target.startsWith("#")) continue;
-      const path = resolve(dirname(join(repo, doc)), target.split("#")[0] ?? "");
+      if (/^[a-z]+:/i.test(target)) continue;
+      const [file = "", anchor] = target.split("#");
+      const path = file === "" ? join(repo, doc) : resolve(dirname(join(repo, doc)), file);
       if (!existsSync(path) || relative(repo, path).startsWith("..")) broken.push(target);
+      else if (anchor !== undefined && path.endsWith(".md") && !anchors(readFileSync(path, "utf8")).has(anchor)) broken.push(`${target} (no such heading)`);
+      // A guide that links to itself by name means a section of it: say which (#heading).
+      else if (file !== "" && path === join(repo, doc) && anchor === undefined) broken.push(`${target} (the guide itself)`);
     }
     expect(broken, `${doc}: links to nothing`).toEqual([]);
+  });
+
+  test("the anchor rule is GitHub's", () => {
+    expect([...anchors("## Your own code agent: a directory with `run.sh`\n### Test commands: the harness's table, or the row's own\n## A\n## A\n")]).toEqual([
+      "your-own-code-agent-a-directory-with-runsh",
+      "test-commands-the-harnesss-table-or-the-rows-own",
+      "a",
+      "a-1",
+    ]);
   });
 });
 
@@ -85,6 +108,16 @@ describe("proctor flags", () => {
     expect(wrong, `${doc} shows what proctor --help does not list`).toEqual([]);
   });
 
+  test("every option of every command says what it does in --help", () => {
+    const bare: string[] = [];
+    const walk = (command: Command, path: string) => {
+      for (const option of command.options) if ((option.description ?? "").trim() === "") bare.push(`${path} ${option.flags}`);
+      for (const sub of command.commands) walk(sub, `${path} ${sub.name()}`);
+    };
+    walk(program, "proctor");
+    expect(bare, "options --help shows with no description").toEqual([]);
+  });
+
   test("the checker sees a flag that does not exist (a doc's mistake would fail)", () => {
     const { command, flags } = parse(program, "slots exec $id --server $S --no-such-flag -- sh -c 'x --also-not'");
     expect(command?.name()).toBe("exec");
@@ -96,46 +129,30 @@ describe("proctor flags", () => {
   });
 });
 
-describe("the task guide runs as written", () => {
-  test("docs/tasks.md's five-minute task: written by its shell block, validated by proctor tasks validate", async () => {
-    const block = fences(text("docs/tasks.md")).find((f) => f.lang === "sh" && f.body.includes("proctor tasks validate"));
-    expect(block, "docs/tasks.md has the walkthrough block").toBeDefined();
-    const work = await mkdtemp(join(tmpdir(), "proctor-docs-"));
-    try {
-      await mkdir(join(work, "bin"));
-      await symlink(join(repo, "tools/bin/proctor"), join(work, "bin", "proctor"));
-      const r = await new Promise<{ code: number; stdout: string; stderr: string }>((done) => {
-        execFile("bash", ["-euo", "pipefail", "-c", block?.body ?? ""], { cwd: work, env: { ...process.env, PATH: `${join(work, "bin")}:${process.env.PATH}`, FORCE_COLOR: "0" } }, (error, stdout, stderr) =>
-          done({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-        );
-      });
-      expect(r.code, r.stderr).toBe(0);
-      expect(r.stdout).toContain("all 1 task(s) valid: the oracle passes and nop scores 0");
-      expect(existsSync(join(work, "my-tasks/hello-file/tests/test.sh"))).toBe(true);
-    } finally {
-      await rm(work, { recursive: true, force: true });
-    }
+describe("command blocks", () => {
+  test("every sh block of the guides is run by blocks.test.ts or marked skip with a reason; every marker is well-formed", () => {
+    const problems = docs.flatMap((doc) => [...strayMarkers(doc), ...commandBlocks(doc).flatMap((b) => parseMarker(b).problems)]);
+    expect(problems).toEqual([]);
+    const all = docs.flatMap((doc) => commandBlocks(doc).map((b) => ({ where: `${doc}:${b.line}`, marker: parseMarker(b).marker })));
+    const skipped = all.filter((b) => b.marker.skip !== undefined);
+    // The README's quick start and the offline dataset examples are among those run.
+    const run = all.filter((b) => b.marker.skip === undefined).map((b) => b.where);
+    expect(run).toEqual(expect.arrayContaining([expect.stringMatching(/^README\.md:/), expect.stringMatching(/^docs\/datasets\.md:/), expect.stringMatching(/^docs\/tasks\.md:/)]));
+    process.stdout.write(`command blocks: ${run.length} run, ${skipped.length} skipped:\n${skipped.map((b) => `  ${b.where}: ${b.marker.skip}`).join("\n")}\n`);
+  });
+
+  test("the checker reads markers: a skip without a reason, an unknown attribute and a stray marker are mistakes", () => {
+    const md = '<!-- docs-test skip="" -->\n```sh\ntrue\n```\n\n<!-- docs-test needs="docker" colour="red" -->\n```sh\ntrue\n```\n\n<!-- docs-test skip="a marker far from its block" -->\n\n```sh\ntrue\n```\n';
+    const problems = [...strayMarkers("x.md", md), ...commandBlocks("x.md", md).flatMap((b) => parseMarker(b).problems)];
+    expect(problems).toEqual([
+      "x.md:11: a docs-test marker must stand on the line right above a ```sh block",
+      'x.md:1: skip="" must say why the block cannot run here',
+      "x.md:6: unknown attribute colour= (known: skip, only-from, reason, needs, expect, exit, timeout)",
+    ]);
   });
 });
 
-describe("the README's quick start runs", () => {
-  test("its proctor command (the install line's last part) runs the examples, every task passing", async () => {
-    const install = fences(text("README.md")).find((f) => f.lang === "sh" && f.body.includes("pnpm install"));
-    const command = /(?:^|&&\s*)(proctor run [^&\n]+)$/m.exec(install?.body ?? "")?.[1]?.trim();
-    expect(command, "README's install line ends with a proctor run").toBeDefined();
-    const work = await mkdtemp(join(tmpdir(), "proctor-readme-"));
-    try {
-      // As written, from the repository root; the local runtime and a temp out dir keep it fast and clean.
-      const args = [...(command ?? "").split(/\s+/).slice(1), "--runtime", "local", "-o", work];
-      const r = await new Promise<{ code: number; stdout: string; stderr: string }>((done) => {
-        execFile(join(repo, "tools/bin/proctor"), args, { cwd: repo, env: { ...process.env, FORCE_COLOR: "0" } }, (error, stdout, stderr) =>
-          done({ code: error ? Number((error as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-        );
-      });
-      expect(r.code, r.stderr).toBe(0);
-      expect(r.stdout).toMatch(/pass rate\s+100\.0% \(4\/4 /);
-    } finally {
-      await rm(work, { recursive: true, force: true });
-    }
-  });
+test("examples/tb2/rows.jsonl is the example tasks as they are now (node tools/examples/pack-tb2-rows.mjs --check)", () => {
+  const out = execFileSync(process.execPath, [join(repo, "tools/examples/pack-tb2-rows.mjs"), "--check"], { encoding: "utf8" });
+  expect(out).toContain("is up to date");
 });
