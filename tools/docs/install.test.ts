@@ -51,6 +51,21 @@ describe("the proctor command from a clone", () => {
     }
   });
 
+  test("a fresh clone installs clean: no warning, no box about build scripts", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "proctor-clone-"));
+    try {
+      const clone = join(dir, "proctor");
+      expect((await attempt("git", ["clone", "-q", repo, clone])).code).toBe(0);
+      // Offline from the store this checkout's own install filled; the link goes to a dir of the test's.
+      const installed = await attempt("pnpm", ["install", "--frozen-lockfile", "--offline"], { cwd: clone, env: { PROCTOR_BIN_DIR: join(dir, "bin"), CI: "true" } });
+      const output = `${installed.stdout}\n${installed.stderr}`;
+      expect(installed.code, output).toBe(0);
+      expect(output).not.toMatch(/WARN|Ignored build scripts|approve-builds/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 300_000);
+
   test("pnpm -s proctor resolves paths from the user's directory and prints nothing but the command's output", async () => {
     const listed = await attempt("pnpm", ["-s", "proctor", "tasks", "list", "tasks", "--json"], { cwd: join(repo, "examples") });
     expect(listed.code, listed.stderr).toBe(0);
