@@ -327,6 +327,11 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .action(async (batchId: string, o) =>
       setExitCode(await (await import("./commands/batch")).statusCommand({ batchId, server: o.server, keyFile: o.keyFile, token: o.token, signedFor: o.signedFor, json: o.json, logger })),
     );
+  serverOptions(program.command("receipt").description("a finished batch's signed receipt (GET /batch/:id/receipt), for proctor verify-receipt").argument("<batch-id>"))
+    .option("-o, --out <file>", "write the receipt to FILE instead of stdout")
+    .action(async (batchId: string, o) =>
+      setExitCode(await (await import("./commands/batch")).receiptCommand({ batchId, out: o.out, server: o.server, keyFile: o.keyFile, token: o.token, signedFor: o.signedFor, logger })),
+    );
   serverOptions(program.command("follow").description("follow a submitted batch live until it ends (reconnects without losing events), then print its results").argument("<batch-id>"))
     .option("--since <seq>", "only events after this sequence number (resume an earlier follow)", nonNegativeInt("--since"))
     .action(async (batchId: string, o) =>

@@ -49,9 +49,12 @@ beforeAll(async () => {
   expect(submitted.code, submitted.stderr).toBe(0);
   const batchId = (JSON.parse(submitted.stdout) as { batch_id: string }).batch_id;
   batchDir = join(dataDir, "batches", batchId);
-  const receipt = await requestJson<unknown>(url, "GET", `/batch/${batchId}/receipt`, { keypair: ALICE });
   receiptFile = join(work, "receipt.json");
-  await writeFile(receiptFile, JSON.stringify(receipt, null, 2));
+  const fetched = await proctor(["receipt", batchId, "--server", url, "-o", receiptFile], { env: { PROCTOR_HOTKEY_URI: "//Alice" } });
+  expect(fetched.code, fetched.stderr).toBe(0);
+  expect(fetched.stderr).toContain(`receipt of batch ${batchId} written to ${receiptFile}`);
+  // The same receipt the API serves.
+  expect(JSON.parse(await readFile(receiptFile, "utf8"))).toEqual(await requestJson<unknown>(url, "GET", `/batch/${batchId}/receipt`, { keypair: ALICE }));
 }, SPAWN_TIMEOUT_MS);
 
 afterAll(async () => {

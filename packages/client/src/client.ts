@@ -7,7 +7,7 @@ import { contentDigestHeader, signRequest } from "@proctor/auth";
 import type { Keypair } from "@proctor/auth";
 import { request } from "undici";
 import WebSocket from "ws";
-import type { z } from "zod";
+import { z } from "zod";
 import { ClientError, unreachableError } from "./errors";
 import { BatchListResponse, BatchStatusResponse, BatchTasksResponse, ErrorBody, SubmitResponse, TaskDetailResponse, WireEnvelope } from "./wire";
 
@@ -342,6 +342,11 @@ export class ProctorClient {
   /** GET /batches */
   batches(signal?: AbortSignal): Promise<BatchListResponse> {
     return this.get("/batches", BatchListResponse, signal);
+  }
+
+  /** GET /batch/:id/receipt: the finished batch's signed receipt, as the server wrote it (check it with verifyReceipt). */
+  receipt(batchId: string, signal?: AbortSignal): Promise<Record<string, unknown>> {
+    return this.get(`/batch/${encodeURIComponent(batchId)}/receipt`, z.record(z.string(), z.unknown()), signal);
   }
 
   /** POST /batch/:id/cancel */

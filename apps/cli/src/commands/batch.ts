@@ -1,3 +1,4 @@
+import { writeFile } from "node:fs/promises";
 import { percent } from "../format";
 import { batchTaskTable, createBatchProgress } from "@proctor/report";
 import { clientFor, reconnectLine, type ServerCredentials } from "./submit";
@@ -42,4 +43,18 @@ export async function followCommand(options: BatchCommandOptions & { since?: num
 
 function exitCodeOf(status: string): number {
   return status === "failed" || status === "cancelled" ? 1 : 0;
+}
+
+/**
+ * `proctor receipt <batch-id> [-o FILE]`: the finished batch's signed receipt (GET
+ * /batch/:id/receipt), on stdout or written to FILE, for `proctor verify-receipt`.
+ */
+export async function receiptCommand(options: Omit<BatchCommandOptions, "json"> & { out?: string }): Promise<number> {
+  const receipt = await clientFor(options).receipt(options.batchId);
+  const text = `${JSON.stringify(receipt, null, 2)}\n`;
+  if (options.out) {
+    await writeFile(options.out, text);
+    process.stderr.write(`receipt of batch ${options.batchId} written to ${options.out} (check it: proctor verify-receipt ${options.out})\n`);
+  } else process.stdout.write(text);
+  return 0;
 }
