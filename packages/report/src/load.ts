@@ -3,6 +3,7 @@ import { basename, join, resolve } from "node:path";
 import { RunConfig, RunSummary, TrialResult } from "@proctor/schema";
 import { summarize } from "@proctor/reward";
 import { RunReadError } from "./errors";
+import { readFirstFailure } from "./failure";
 
 /** Everything a report needs from one run directory. */
 export interface LoadedRun {
@@ -15,7 +16,12 @@ export interface LoadedRun {
   results: TrialResult[];
   /** results.jsonl lines that did not parse (a half-written last line while the run is going). */
   skippedLines: number;
+  /** The first failure (test or line) named by the verifier's output of each failed trial, by trial id (the first 200 failed trials). */
+  firstFailures?: Record<string, string>;
 }
+
+/** How many failed trials' verifier outputs a report reads for their first failure. */
+const FAILURES_READ = 200;
 
 async function readText(file: string): Promise<string | null> {
   try {
@@ -101,7 +107,12 @@ export async function loadRun(dir: string): Promise<LoadedRun> {
       status: "running",
     });
   }
-  return { dir: root, runId, config, summary, results, skippedLines: skipped };
+  const firstFailures: Record<string, string> = {};
+  for (const r of results.filter((x) => x.status === "failed").slice(0, FAILURES_READ)) {
+    const found = await readFirstFailure(r, join(root, "trials", r.trialId));
+    if (found) firstFailures[r.trialId] = found.name === "tests' output" ? found.message : `${found.name}: ${found.message}`;
+  }
+  return { dir: root, runId, config, summary, results, skippedLines: skipped, firstFailures };
 }
 
 /**

@@ -109,7 +109,7 @@ export function fullReason(r: TrialResult): string {
   return [reason, ...trialFlags(r).filter((f) => !reason.includes(f))].filter(Boolean).join("; ");
 }
 
-function problemsOf(results: readonly TrialResult[]): Problem[] {
+function problemsOf(results: readonly TrialResult[], firstFailures: Readonly<Record<string, string>> = {}): Problem[] {
   return results
     .filter((r) => r.status !== "passed" || trialFlags(r).length > 0)
     .sort((x, y) => (x.taskId < y.taskId ? -1 : x.taskId > y.taskId ? 1 : x.attempt - y.attempt))
@@ -120,7 +120,7 @@ function problemsOf(results: readonly TrialResult[]): Problem[] {
       category: r.category,
       status: r.status,
       kind: r.error?.kind ?? null,
-      reason: trialReason(r),
+      reason: firstFailures[r.trialId] ? `${trialReason(r)}; first failure: ${firstFailures[r.trialId]}` : trialReason(r),
       // An agent error "tampered: <paths>" already says what the flag would.
       flags: trialFlags(r).filter((f) => !trialReason(r).includes(f)),
       verifierLog: `trials/${r.trialId}/verifier/${r.competition ? "grade-stdout.txt" : "test-stdout.txt"}`,
@@ -164,7 +164,7 @@ export function buildRunReport(run: LoadedRun, options: { seed?: number; resampl
     byCategory: [...byCategory.values()].sort((x, y) => (x.category < y.category ? -1 : 1)),
     errorsByKind,
     tasks,
-    problems: problemsOf(run.results),
+    problems: problemsOf(run.results, run.firstFailures),
     competitions: competitionReport(run.results),
   };
 }

@@ -86,7 +86,8 @@ describe("proctor report formats", () => {
     const text = await renderReport([a], "table");
     expect(text).toMatch(/pass rate\s+40\.0% \[\d+\.\d%, \d+\.\d%\] \(2\/5 finished trials/);
     expect(text).toContain("mean reward");
-    expect(text).toMatch(/data-clean__1\s+failed\s+-\s+reward 0; agent exit code 3\s+trials\/data-clean__1\/verifier\/test-stdout\.txt/);
+    // The first failure the verifier's output names, as `proctor tasks validate` and the viewer show it.
+    expect(text).toMatch(/data-clean__1\s+failed\s+-\s+reward 0; agent exit code 3; first failure: test_clean\.py::test_rows: assert 3 == 4\s+trials\/data-clean__1\/verifier\/test-stdout\.txt/);
     expect(text).toMatch(/data-join__1\s+error\s+agent\s+tampered: \/usr\/bin\/python3\s+trials/);
     expect(text).toMatch(/sw-fix__1\s+passed\s+-\s+survivors: 1 \(nginx\); flagged: passed with agent processes alive/);
     expect(text).toContain("no reward file: /logs/verifier/reward.txt");
