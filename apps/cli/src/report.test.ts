@@ -26,7 +26,7 @@ describe("proctor report", () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/pass rate\s+0\.0% \[0\.0%, \d+\.\d%\] \(0\/4 finished trials/);
     expect(r.stdout).toContain("Failed, errored and flagged trials (4)");
-    expect(r.stdout).toMatch(/greeting-file__1\s+failed\s+-\s+reward 0\s+trials\/greeting-file__1\/verifier\/test-stdout\.txt/);
+    expect(r.stdout).toMatch(/greeting-file__1\s+failed\s+-\s+reward 0; first failure: FAIL: greeting\.txt is missing\s+trials\/greeting-file__1\/verifier\/test-stdout\.txt/);
   });
 
   test("two runs print a paired comparison", async () => {
