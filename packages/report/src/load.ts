@@ -16,7 +16,7 @@ export interface LoadedRun {
   results: TrialResult[];
   /** results.jsonl lines that did not parse (a half-written last line while the run is going). */
   skippedLines: number;
-  /** The first failure (test or line) named by the verifier's output of each failed trial, by trial id (the first 200 failed trials). */
+  /** With `loadRun(dir, { firstFailures: true })`: the first failure (test or line) the verifier's output of each failed trial names, by trial id (the first 200 failed trials). */
   firstFailures?: Record<string, string>;
 }
 
@@ -69,7 +69,7 @@ export async function isRunDir(dir: string): Promise<boolean> {
  * Reads a run directory. summary.json is taken as written; without one (or one this version does
  * not understand) the summary is computed from results.jsonl.
  */
-export async function loadRun(dir: string): Promise<LoadedRun> {
+export async function loadRun(dir: string, options: { firstFailures?: boolean } = {}): Promise<LoadedRun> {
   const root = resolve(dir);
   if (!(await isRunDir(root))) throw new RunReadError(`${dir}: not a run directory (no run.json, results.jsonl or summary.json)`);
   const configText = await readText(join(root, "run.json"));
@@ -108,7 +108,7 @@ export async function loadRun(dir: string): Promise<LoadedRun> {
     });
   }
   const firstFailures: Record<string, string> = {};
-  for (const r of results.filter((x) => x.status === "failed").slice(0, FAILURES_READ)) {
+  for (const r of options.firstFailures ? results.filter((x) => x.status === "failed").slice(0, FAILURES_READ) : []) {
     const found = await readFirstFailure(r, join(root, "trials", r.trialId));
     if (found) firstFailures[r.trialId] = found.name === "tests' output" ? found.message : `${found.name}: ${found.message}`;
   }

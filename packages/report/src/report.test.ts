@@ -68,7 +68,7 @@ beforeAll(async () => {
   );
   await writeRun(root, "20250301-b", [trial("sw-build", "failed"), trial("sw-fix", "passed"), trial("data-clean", "passed"), trial("data-join", "passed"), trial("sw-<&\"quote\">", "passed")]);
   await writeFile(join(root, "not-a-run.txt"), "x");
-  [a, b] = await Promise.all((await findRunDirs([root])).map(loadRun)) as [LoadedRun, LoadedRun];
+  [a, b] = await Promise.all((await findRunDirs([root])).map((dir) => loadRun(dir, { firstFailures: true }))) as [LoadedRun, LoadedRun];
 });
 
 afterAll(async () => {

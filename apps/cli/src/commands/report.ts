@@ -18,7 +18,7 @@ export async function reportCommand(options: ReportOptions): Promise<number> {
   if (!FORMATS.includes(options.format)) throw new UsageError(`--format must be one of ${FORMATS.join(", ")}, got "${options.format}"`);
   let text: string;
   try {
-    const runs = await Promise.all(options.runDirs.map((dir) => loadRun(dir)));
+    const runs = await Promise.all(options.runDirs.map((dir) => loadRun(dir, { firstFailures: true })));
     text = await renderReport(runs, options.format, { seed: options.seed });
   } catch (error) {
     if (error instanceof ReportError) throw new UsageError(error.message, { cause: error });
