@@ -1,5 +1,5 @@
 export { ReportError, RunReadError, FormatError, ReceiptError, ReceiptFormatError } from "./errors";
-export { loadRun, findRunDirs, isRunDir, parseResults, agentLabel, modelLabel } from "./load";
+export { loadRun, withFirstFailures, findRunDirs, isRunDir, parseResults, agentLabel, modelLabel } from "./load";
 export type { LoadedRun } from "./load";
 export { buildRunReport, buildComparison, trialReason, trialFlags, fullReason } from "./model";
 export type { RunReport, ComparisonReport, Problem, CategoryRow } from "./model";

@@ -16,7 +16,7 @@ export interface LoadedRun {
   results: TrialResult[];
   /** results.jsonl lines that did not parse (a half-written last line while the run is going). */
   skippedLines: number;
-  /** With `loadRun(dir, { firstFailures: true })`: the first failure (test or line) the verifier's output of each failed trial names, by trial id (the first 200 failed trials). */
+  /** After `withFirstFailures(run)`: the first failure (test or line) the verifier's output of each failed trial names, by trial id (the first 200 failed trials). */
   firstFailures?: Record<string, string>;
 }
 
@@ -69,7 +69,7 @@ export async function isRunDir(dir: string): Promise<boolean> {
  * Reads a run directory. summary.json is taken as written; without one (or one this version does
  * not understand) the summary is computed from results.jsonl.
  */
-export async function loadRun(dir: string, options: { firstFailures?: boolean } = {}): Promise<LoadedRun> {
+export async function loadRun(dir: string): Promise<LoadedRun> {
   const root = resolve(dir);
   if (!(await isRunDir(root))) throw new RunReadError(`${dir}: not a run directory (no run.json, results.jsonl or summary.json)`);
   const configText = await readText(join(root, "run.json"));
@@ -107,12 +107,17 @@ export async function loadRun(dir: string, options: { firstFailures?: boolean } 
       status: "running",
     });
   }
+  return { dir: root, runId, config, summary, results, skippedLines: skipped };
+}
+
+/** The run with the first failure of each failed trial (the first 200) read from its verifier output. */
+export async function withFirstFailures(run: LoadedRun): Promise<LoadedRun> {
   const firstFailures: Record<string, string> = {};
-  for (const r of options.firstFailures ? results.filter((x) => x.status === "failed").slice(0, FAILURES_READ) : []) {
-    const found = await readFirstFailure(r, join(root, "trials", r.trialId));
+  for (const r of run.results.filter((x) => x.status === "failed").slice(0, FAILURES_READ)) {
+    const found = await readFirstFailure(r, join(run.dir, "trials", r.trialId));
     if (found) firstFailures[r.trialId] = found.name === "tests' output" ? found.message : `${found.name}: ${found.message}`;
   }
-  return { dir: root, runId, config, summary, results, skippedLines: skipped, firstFailures };
+  return { ...run, firstFailures };
 }
 
 /**

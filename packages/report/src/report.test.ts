@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { XMLParser, XMLValidator } from "fast-xml-parser";
 import type { TrialResult } from "@proctor/schema";
 import { summarize } from "@proctor/reward";
-import { findRunDirs, loadRun, renderReport, type LoadedRun } from "./index";
+import { findRunDirs, loadRun, renderReport, withFirstFailures, type LoadedRun } from "./index";
 import { pValue } from "./text";
 
 function trial(taskId: string, status: TrialResult["status"], extra: Partial<TrialResult> = {}): TrialResult {
@@ -68,7 +68,7 @@ beforeAll(async () => {
   );
   await writeRun(root, "20250301-b", [trial("sw-build", "failed"), trial("sw-fix", "passed"), trial("data-clean", "passed"), trial("data-join", "passed"), trial("sw-<&\"quote\">", "passed")]);
   await writeFile(join(root, "not-a-run.txt"), "x");
-  [a, b] = await Promise.all((await findRunDirs([root])).map((dir) => loadRun(dir, { firstFailures: true }))) as [LoadedRun, LoadedRun];
+  [a, b] = await Promise.all((await findRunDirs([root])).map(async (dir) => withFirstFailures(await loadRun(dir)))) as [LoadedRun, LoadedRun];
 });
 
 afterAll(async () => {

@@ -1,6 +1,6 @@
 import { writeFile } from "node:fs/promises";
 import { resolve } from "node:path";
-import { FORMATS, ReportError, loadRun, renderReport, type ReportFormat } from "@proctor/report";
+import { FORMATS, ReportError, loadRun, renderReport, withFirstFailures, type ReportFormat } from "@proctor/report";
 import { UsageError } from "../errors";
 
 export interface ReportOptions {
@@ -18,7 +18,7 @@ export async function reportCommand(options: ReportOptions): Promise<number> {
   if (!FORMATS.includes(options.format)) throw new UsageError(`--format must be one of ${FORMATS.join(", ")}, got "${options.format}"`);
   let text: string;
   try {
-    const runs = await Promise.all(options.runDirs.map((dir) => loadRun(dir, { firstFailures: true })));
+    const runs = await Promise.all(options.runDirs.map(async (dir) => withFirstFailures(await loadRun(dir))));
     text = await renderReport(runs, options.format, { seed: options.seed });
   } catch (error) {
     if (error instanceof ReportError) throw new UsageError(error.message, { cause: error });
