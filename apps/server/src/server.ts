@@ -117,6 +117,11 @@ export interface StartServerOptions {
   queue?: ServerQueueOptions;
   /** How long close() lets running batches stop before giving up (default 30 s). */
   shutdownGraceMs?: number;
+  /**
+   * How often sandboxes whose owner process is gone are removed while serving (default 30 s; 0:
+   * only at start). A create a killed process sent can land after the start's reap.
+   */
+  reapIntervalMs?: number;
   /** WebSocket heartbeat interval (default 30 s). */
   wsHeartbeatMs?: number;
   /** Per-client buffered bytes above which task_phase events are dropped (default 1 MiB). */
@@ -157,6 +162,7 @@ const Options = z.object({
   insecure: z.boolean().default(false),
   retentionDays: z.number().positive().nullable().default(null),
   shutdownGraceMs: z.number().int().nonnegative().default(30_000),
+  reapIntervalMs: z.number().int().nonnegative().default(30_000),
   wsHeartbeatMs: z.number().int().positive().default(DEFAULT_WS_OPTIONS.heartbeatMs),
   wsSoftBufferBytes: z.number().int().positive().default(DEFAULT_WS_OPTIONS.softBufferBytes),
   wsHardBufferBytes: z.number().int().positive().default(DEFAULT_WS_OPTIONS.hardBufferBytes),
@@ -304,6 +310,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     logger.warn("uploads without Content-Digest are accepted: their bodies are staged before the signature is checked (allowUndigestedUploads)");
   }
 
+  const reaper = startReaper(options.runtime, config.reapIntervalMs, logger);
   let closing: Promise<void> | null = null;
   return {
     url,
@@ -312,6 +319,7 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
     close() {
       closing ??= (async () => {
         logger.debug("server shutting down", { graceMs: config.shutdownGraceMs });
+        await reaper.stop();
         const stopped = app.close();
         hub.close();
         await batches.queue.close(config.shutdownGraceMs);
@@ -322,6 +330,37 @@ export async function startServer(options: StartServerOptions): Promise<RunningS
         await cleanStaging(dataDir);
       })();
       return closing;
+    },
+  };
+}
+
+/**
+ * Removes, every `intervalMs`, the sandboxes whose owner process is gone: the start's reap misses
+ * a container whose create a killed process sent before it died and the daemon finished later
+ * (seen under load), and a dead owner's watchdog may have given up before it landed.
+ */
+function startReaper(runtime: SandboxRuntime, intervalMs: number, logger: Logger): { stop(): Promise<void> } {
+  if (intervalMs === 0) return { stop: () => Promise.resolve() };
+  let running: Promise<void> = Promise.resolve();
+  let warned = false;
+  const timer = setInterval(() => {
+    running = running.then(async () => {
+      try {
+        const reaped = await runtime.reap();
+        if (reaped > 0) logger.warn("removed sandboxes left by a process that is gone", { reaped });
+        warned = false;
+      } catch (error) {
+        // Said once per outage: the daemon being away is reported by /health and by trials.
+        if (!warned) logger.warn("removing sandboxes of processes that are gone failed; retrying", { error: error instanceof Error ? error.message : String(error) });
+        warned = true;
+      }
+    });
+  }, intervalMs);
+  timer.unref();
+  return {
+    stop: async () => {
+      clearInterval(timer);
+      await running;
     },
   };
 }

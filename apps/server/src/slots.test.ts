@@ -2,6 +2,7 @@ import { execFile, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { randomBytes } from "node:crypto";
 import { mkdir, rm, writeFile } from "node:fs/promises";
+import { hostname } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { SlotsClient } from "@proctor/client";
@@ -272,5 +273,36 @@ describe.skipIf(!run)("slots after a server kill -9", () => {
       await second?.kill();
       await rm(dir, { recursive: true, force: true });
     }
+  });
+
+  test("a sandbox of a dead process that lands after the start's reap is removed while serving", async () => {
+    const dir = await tempDir("proctor-slots-reaper-");
+    const runtime = new DockerRuntime();
+    let reaps = 0;
+    const reap = runtime.reap.bind(runtime);
+    runtime.reap = () => {
+      reaps++;
+      return reap();
+    };
+    const server = await startTestServer(join(dir, "data"), { auth: "token", tokens: [TOKEN_A], runtime, defaultImage: "proctor/busybox:latest", reapIntervalMs: 500 });
+    let late = "";
+    try {
+      expect(reaps).toBe(1);
+      // What a create sent by a killed server and finished by a busy daemon after the restart looks like.
+      const dead = `${hostname()}:999999999:${Date.now()}`;
+      late = (await execFileAsync("docker", ["create", "--label", "proctor.managed=true", "--label", `proctor.owner=${dead}`, "proctor/busybox:latest", "true"])).stdout.trim();
+      const deadline = Date.now() + 30_000;
+      while (!(await containerGone(late)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
+      expect(await containerGone(late)).toBe(true);
+      expect(reaps).toBeGreaterThan(1);
+    } finally {
+      await server.close();
+      if (late) await execFileAsync("docker", ["rm", "-f", late]).catch(() => undefined);
+      await rm(dir, { recursive: true, force: true });
+    }
+    // Stopped with the server: no reap after close().
+    const after = reaps;
+    await new Promise((r) => setTimeout(r, 1200));
+    expect(reaps).toBe(after);
   });
 });

@@ -102,8 +102,9 @@ describe.skipIf(!run)("the sandbox watchdog", () => {
     // One watchdog for the owner, started with its first sandbox.
     expect(await until(async () => watchdogsOf(owner.owner).length === 1, 10_000)).toBe(true);
     const [watchdog] = watchdogsOf(owner.owner);
-    // Owner labels that are not exactly this owner's: a longer one with it as prefix, a dead process's.
-    const others = [await decoy(`${owner.owner}0`), await decoy(`${hostname()}:999999999:1`)];
+    // Owner labels that are not exactly this owner's: a longer one with it as prefix, another
+    // host's (a dead process of this host's would be fair game for any server's or run's reap()).
+    const others = [await decoy(`${owner.owner}0`), await decoy(`${hostname()}-elsewhere:999999999:1`)];
     // A live owner keeps its container across several of the watchdog's looks.
     await new Promise((resolve) => setTimeout(resolve, 2.5 * WATCH_INTERVAL_MS));
     expect(await containersOf(owner.owner)).toEqual([owner.container]);
