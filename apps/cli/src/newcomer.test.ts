@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, test, vi } from "vitest";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
+import { cp, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { ClientError } from "@proctor/client";
@@ -171,6 +171,17 @@ describe("log lines", () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toContain(`warning: local runtime: cpus, memory, pids and network limits are not enforced; commands run as host processes rootDir=${temp}\n`);
     expect(r.stderr).not.toMatch(/\{"/);
+    expect(r.stderr).not.toContain("builds no images");
+  });
+
+  test("a local run of a task with an environment/Dockerfile says the image is not built", async () => {
+    const tasks = join(work, "dockerfile-tasks");
+    await cp(join(examples, "greeting-file"), join(tasks, "greeting-file"), { recursive: true });
+    await mkdir(join(tasks, "greeting-file", "environment"));
+    await writeFile(join(tasks, "greeting-file", "environment", "Dockerfile"), "FROM proctor/base:bookworm\nRUN apt-get install -y cowsay\n");
+    const r = await run(["run", tasks, "--runtime", "local", "-o", work]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toContain("warning: the local runtime builds no images: 1 task(s) with an environment/Dockerfile (greeting-file) run on this host as it is; --runtime docker builds them\n");
   });
 });
 

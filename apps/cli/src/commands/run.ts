@@ -520,6 +520,13 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     try {
       const runtime = queued?.runtime ?? (await openRuntime(parseRuntimeChoice(runtimeArg), options.logger));
       const image = defaultImage ?? (runtime.name === "docker" ? DEFAULT_DOCKER_IMAGE : null);
+      if (runtime.name === "local") {
+        const unbuilt = tasks.filter((t) => t.environment.buildContext !== null && t.environment.dockerImage === null);
+        if (unbuilt.length > 0) {
+          const named = unbuilt.slice(0, 3).map((t) => t.id).join(", ") + (unbuilt.length > 3 ? ", ..." : "");
+          err.write(`warning: the local runtime builds no images: ${unbuilt.length} task(s) with an environment/Dockerfile (${named}) run on this host as it is; --runtime docker builds them\n`);
+        }
+      }
       if ("kind" in agent && agent.kind === "installed" && !queued) await preinstall(agent, runtime, err, options.signal);
       // A run killed with -9 leaves its sandboxes behind; remove those of dead owners before starting.
       const reaped = await runtime.reap();
