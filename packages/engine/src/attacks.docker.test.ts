@@ -1,4 +1,3 @@
-import { execFileSync } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DockerRuntime, dockerTestGate } from "@proctor/sandbox-docker";
@@ -6,7 +5,7 @@ import type { TaskSpec, TrialResult } from "@proctor/schema";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun, type RunOptions } from "./run";
 import { ATTACK_MODES, ATTACKS, buildAttackTasks, controlsFor, writeAttackAgent, type AttackMode } from "./testing/attacks";
-import { byTask, containersOf, readResultsFile, tempDir } from "./testing/fixtures";
+import { byTask, containersOf, readResultsFile, removeRunContainers, tempDir } from "./testing/fixtures";
 
 /**
  * The attacks of testing/attacks.ts, one run per grading mode (every attack task of that mode and
@@ -69,10 +68,7 @@ describe.skipIf(!haveDocker)("attacks on grading: a pass must never come from th
   }, 600_000);
 
   afterAll(async () => {
-    for (const id of runIds) {
-      const left = containersOf(id);
-      if (left.length > 0) execFileSync("docker", ["rm", "-f", ...left]);
-    }
+    removeRunContainers(runIds);
     await root?.cleanup();
   });
 

@@ -1,4 +1,3 @@
-import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { chmod, mkdir, readFile, stat, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
@@ -7,7 +6,7 @@ import type { AgentSpec, TaskSpec } from "@proctor/schema";
 import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun, type RunOptions } from "./run";
-import { byTask, containersOf, readResultsFile, tempDir, writeAgent } from "./testing/fixtures";
+import { byTask, containersOf, readResultsFile, removeRunContainers, tempDir, writeAgent } from "./testing/fixtures";
 
 const IMAGE = "proctor/base:bookworm";
 const haveDocker = await dockerTestGate();
@@ -115,10 +114,7 @@ describe.skipIf(!haveDocker)("competitions on Docker", () => {
     tasks = loaded.tasks;
   });
   afterAll(async () => {
-    for (const id of runIds) {
-      const left = containersOf(id);
-      if (left.length > 0) execFileSync("docker", ["rm", "-f", ...left]);
-    }
+    removeRunContainers(runIds);
     await root.cleanup();
   });
 

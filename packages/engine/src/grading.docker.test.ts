@@ -7,7 +7,7 @@ import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun, type RunOptions } from "./run";
 import { buildSweCalc } from "./testing/swe-calc";
-import { byTask, containersOf, inlineTask, readResultsFile, tempDir, type FixtureTask, writeAgent, writeTasks } from "./testing/fixtures";
+import { byTask, containersOf, type FixtureTask, inlineTask, readResultsFile, removeRunContainers, tempDir, writeAgent, writeTasks } from "./testing/fixtures";
 
 const IMAGE = "proctor/base:bookworm";
 const haveDocker = await dockerTestGate();
@@ -272,10 +272,7 @@ EOF`, "sh", source]);
   }, 600_000);
 
   afterAll(async () => {
-    for (const id of runIds) {
-      const left = containersOf(id);
-      if (left.length > 0) execFileSync("docker", ["rm", "-f", ...left]);
-    }
+    removeRunContainers(runIds);
     await root?.cleanup();
   });
 

@@ -1,4 +1,3 @@
-import { execFileSync } from "node:child_process";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DockerRuntime, dockerTestGate } from "@proctor/sandbox-docker";
@@ -6,7 +5,7 @@ import type { TaskSpec, TrialResult } from "@proctor/schema";
 import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun, type RunOptions } from "./run";
-import { byTask, containersOf, readResultsFile, tempDir } from "./testing/fixtures";
+import { byTask, containersOf, readResultsFile, removeRunContainers, tempDir } from "./testing/fixtures";
 import { HONEST_TASKS, SWE_ENV_SETUP, SWE_SAME_SIZE_ROWS, sameSizeSweRows, writeHonestTasks } from "./testing/honest-tasks";
 import { buildSweCalc } from "./testing/swe-calc";
 
@@ -106,10 +105,7 @@ describe.skipIf(!haveDocker)("honest tasks shaped like Terminal-Bench 2 / SWE-be
   }, 120_000);
 
   afterAll(async () => {
-    for (const id of runIds) {
-      const left = containersOf(id);
-      if (left.length > 0) execFileSync("docker", ["rm", "-f", ...left]);
-    }
+    removeRunContainers(runIds);
     await root?.cleanup();
   });
 

@@ -1,4 +1,3 @@
-import { execFileSync } from "node:child_process";
 import { readdir, readFile } from "node:fs/promises";
 import { networkInterfaces } from "node:os";
 import { join } from "node:path";
@@ -8,7 +7,7 @@ import type { Logger, TrialResult } from "@proctor/schema";
 import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun } from "./run";
-import { byTask, containersOf, readResultsFile, tempDir, writeAgent, writeTasks } from "./testing/fixtures";
+import { byTask, containersOf, readResultsFile, removeRunContainers, tempDir, writeAgent, writeTasks } from "./testing/fixtures";
 
 const IMAGE = "proctor/base:bookworm";
 const KEY = "sk-proctor-test-REAL-key-7f3a9c";
@@ -69,8 +68,7 @@ describe.skipIf(!haveDocker)("model proxy on Docker (no-network sandboxes)", () 
     server = await startScriptedModelServer({ host: "0.0.0.0", apiKey: KEY, models: ["served-model"], handler: () => ({ content: "42", usage: { promptTokens: 100, completionTokens: 20 } }) });
   });
   afterAll(async () => {
-    const left = containersOf(runId);
-    if (left.length > 0) execFileSync("docker", ["rm", "-f", ...left]);
+    removeRunContainers([runId]);
     await server.close();
     await root.cleanup();
   });

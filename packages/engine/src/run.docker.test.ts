@@ -1,4 +1,3 @@
-import { execFileSync } from "node:child_process";
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { DockerRuntime, dockerTestGate } from "@proctor/sandbox-docker";
@@ -6,17 +5,11 @@ import type { TaskSpec } from "@proctor/schema";
 import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun, type RunOptions } from "./run";
-import {
-  ADVERSARIAL_TASKS, CHEATER, ESCAPER, EXAMPLES_DIR, LINGERER, SANDBOX_KILLER, SLOW_ESCAPER, TOOL_SWAPPER, byTask, readResultsFile, tempDir, writeAgent, writeTasks,
-} from "./testing/fixtures";
+import { ADVERSARIAL_TASKS, byTask, CHEATER, containersOf, ESCAPER, EXAMPLES_DIR, LINGERER, readResultsFile, removeRunContainers, SANDBOX_KILLER, SLOW_ESCAPER, tempDir, TOOL_SWAPPER, writeAgent, writeTasks } from "./testing/fixtures";
 
 const IMAGE = "proctor/base:bookworm";
 const haveDocker = await dockerTestGate();
 
-function containersOf(runId: string): string[] {
-  const out = execFileSync("docker", ["ps", "-aq", "--filter", `label=proctor.run=${runId}`], { encoding: "utf8" }).trim();
-  return out === "" ? [] : out.split("\n");
-}
 
 describe.skipIf(!haveDocker)("engine on Docker", () => {
   let root: { path: string; cleanup: () => Promise<void> };
@@ -44,10 +37,7 @@ describe.skipIf(!haveDocker)("engine on Docker", () => {
     adversarial = await load(await writeTasks(join(root.path, "adversarial"), ADVERSARIAL_TASKS));
   });
   afterAll(async () => {
-    for (const id of runIds) {
-      const left = containersOf(id);
-      if (left.length > 0) execFileSync("docker", ["rm", "-f", ...left]);
-    }
+    removeRunContainers(runIds);
     await root.cleanup();
   });
 

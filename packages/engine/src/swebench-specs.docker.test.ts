@@ -6,7 +6,7 @@ import type { AgentSpec, TrialResult } from "@proctor/schema";
 import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun } from "./run";
-import { byTask, readResultsFile, tempDir, writeAgent } from "./testing/fixtures";
+import { byTask, containersOf, readResultsFile, removeRunContainers, tempDir, writeAgent } from "./testing/fixtures";
 
 const haveDocker = await dockerTestGate();
 
@@ -132,10 +132,6 @@ function verifiedRow(p: Project, id: string, version: string, f2p: string[], p2p
   };
 }
 
-function containersOf(runId: string): string[] {
-  const out = execFileSync("docker", ["ps", "-aq", "--filter", `label=proctor.run=${runId}`], { encoding: "utf8" }).trim();
-  return out === "" ? [] : out.split("\n");
-}
 
 describe.skipIf(!haveDocker)("official SWE-bench rows without test_cmd: Django's and sympy's runners, as the harness runs them", () => {
   let root: { path: string; cleanup: () => Promise<void> };
@@ -173,10 +169,7 @@ describe.skipIf(!haveDocker)("official SWE-bench rows without test_cmd: Django's
     await writeFile(dataset, `${rows.map((r) => JSON.stringify(r)).join("\n")}\n`);
   }, 60_000);
   afterAll(async () => {
-    for (const id of runIds) {
-      const left = containersOf(id);
-      if (left.length > 0) execFileSync("docker", ["rm", "-f", ...left]);
-    }
+    removeRunContainers(runIds);
     await root?.cleanup();
   });
 

@@ -8,7 +8,7 @@ import type { AgentSpec, TrialResult } from "@proctor/schema";
 import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun } from "./run";
-import { byTask, readResultsFile, tempDir, writeAgent } from "./testing/fixtures";
+import { byTask, containersOf, readResultsFile, removeRunContainers, tempDir, writeAgent } from "./testing/fixtures";
 
 const haveDocker = await dockerTestGate();
 
@@ -111,10 +111,6 @@ async function buildFixture(root: string): Promise<Fixture> {
   return { dir: root, mirrors, dataset, base1, base2, gold: { "calc-1": i1.gold, "calc-2": i2.gold, "calc-3": i3.gold, "calc-4": i1.gold } };
 }
 
-function containersOf(runId: string): string[] {
-  const out = execFileSync("docker", ["ps", "-aq", "--filter", `label=proctor.run=${runId}`], { encoding: "utf8" }).trim();
-  return out === "" ? [] : out.split("\n");
-}
 
 describe.skipIf(!haveDocker)("SWE-bench instances on Docker (real git mirror, real pytest)", () => {
   let root: { path: string; cleanup: () => Promise<void> };
@@ -139,10 +135,7 @@ describe.skipIf(!haveDocker)("SWE-bench instances on Docker (real git mirror, re
     runtime = new DockerRuntime();
   }, 60_000);
   afterAll(async () => {
-    for (const id of runIds) {
-      const left = containersOf(id);
-      if (left.length > 0) execFileSync("docker", ["rm", "-f", ...left]);
-    }
+    removeRunContainers(runIds);
     await root?.cleanup();
   });
 

@@ -5,17 +5,13 @@ import { DockerRuntime, dockerTestGate } from "@proctor/sandbox-docker";
 import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { startRun } from "./run";
-import { EXAMPLES_DIR, readResultsFile, tempDir } from "./testing/fixtures";
+import { containersOf, EXAMPLES_DIR, readResultsFile, removeRunContainers, tempDir } from "./testing/fixtures";
 
 const haveDocker = await dockerTestGate();
 
 /** base64 of a tar.gz of `dir`/`name`, made with the system tar. */
 const tarB64 = (dir: string, name: string) => execFileSync("tar", ["-czf", "-", "-C", dir, name]).toString("base64");
 
-function containersOf(runId: string): string[] {
-  const out = execFileSync("docker", ["ps", "-aq", "--filter", `label=proctor.run=${runId}`], { encoding: "utf8" }).trim();
-  return out === "" ? [] : out.split("\n");
-}
 
 describe.skipIf(!haveDocker)("Terminal-Bench 2 rows as the dataset writes them, on Docker", () => {
   let root: { path: string; cleanup: () => Promise<void> };
@@ -47,8 +43,7 @@ describe.skipIf(!haveDocker)("Terminal-Bench 2 rows as the dataset writes them, 
     await writeFile(rowsFile, `${rows.join("\n")}\n`);
   });
   afterAll(async () => {
-    const left = containersOf(runId);
-    if (left.length > 0) execFileSync("docker", ["rm", "-f", ...left]);
+    removeRunContainers([runId]);
     await root?.cleanup();
   });
 

@@ -133,6 +133,12 @@ export function containersOf(runId: string): string[] {
   return out === "" ? [] : out.split("\n");
 }
 
+/** Removes whatever containers these runs left (a test's afterAll: a failed test may leave some). */
+export function removeRunContainers(runIds: readonly string[]): void {
+  const left = runIds.flatMap(containersOf);
+  if (left.length > 0) execFileSync("docker", ["rm", "-f", ...left]);
+}
+
 export async function readResultsFile(runDir: string): Promise<TrialResult[]> {
   const text = await readFile(join(runDir, "results.jsonl"), "utf8");
   return text.split("\n").filter((l) => l.trim() !== "").map((l) => JSON.parse(l) as TrialResult);
