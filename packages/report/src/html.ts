@@ -5,7 +5,8 @@ export function htmlEscape(text: string): string {
   return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(/'/g, "&#39;");
 }
 
-const STYLE = `
+/** The report's stylesheet (inline: the file references nothing). */
+export const HTML_STYLE = `
 :root{color-scheme:light dark;--fg:#1d2430;--muted:#5b6474;--bg:#fff;--line:#d9dee7;--pass:#17803d;--fail:#b42318;--err:#b54708}
 @media (prefers-color-scheme:dark){:root{--fg:#e6e9ef;--muted:#9aa3b2;--bg:#11151c;--line:#2a313d;--pass:#4ade80;--fail:#f87171;--err:#fbbf24}}
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:var(--fg);background:var(--bg);margin:2rem auto;max-width:1100px;padding:0 1rem}
@@ -100,7 +101,7 @@ export function renderHtml(reports: readonly RunReport[], comparison: Comparison
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
 <title>${htmlEscape(title)}</title>
-<style>${STYLE}</style>
+<style>${HTML_STYLE}</style>
 </head>
 <body>
 <h1>${htmlEscape(title)}</h1>
