@@ -95,10 +95,13 @@ describe("leaderboard", () => {
     expect(large?.comparable).toBe(false);
     expect(large?.notComparable).toBe("1 task with other content (hash)");
     expect(v2?.rows.filter((r) => r.comparable)).toHaveLength(2);
-    // Two rows of different task sets: the larger set is the reference.
+    // Two rows of different task sets, one each: neither is the reference, both are flagged.
     const sameDataset = (r: LoadedRun | undefined, agent: string) => ({ ...runStats(r as LoadedRun), agent, dataset: { key: "x", name: "x", version: null, from: "sources" as const } });
     const rows = buildLeaderboard([sameDataset(runs[0], "oracle"), sameDataset(runs[6], "nop")]).groups[0]?.rows;
-    expect(rows?.map((r) => [r.agent, r.notComparable])).toEqual([["oracle", null], ["nop", "3 tasks missing"]]);
+    expect(rows?.map((r) => [r.agent, r.notComparable])).toEqual([["oracle", "3 other tasks"], ["nop", "3 tasks missing"]]);
+    // Three rows: the set two of them ran is the reference.
+    const three = buildLeaderboard([sameDataset(runs[0], "oracle"), sameDataset(runs[6], "nop"), sameDataset(runs[1], "llm")]).groups[0]?.rows;
+    expect(three?.map((r) => [r.agent, r.notComparable])).toEqual([["oracle", null], ["llm", null], ["nop", "3 tasks missing"]]);
     // One row whose runs ran different task sets.
     const row = buildLeaderboard([sameDataset(runs[0], "oracle"), sameDataset(runs[6], "oracle")]).groups[0]?.rows[0];
     expect(row?.notComparable).toBe("its 2 runs ran different tasks");

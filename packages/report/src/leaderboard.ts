@@ -339,7 +339,6 @@ function buildGroup(runs: RunStats[]): LeaderboardGroup {
     else byRow.set(rowKey(s), [s]);
   }
   const drafts = [...byRow.values()].map(buildRow);
-  // The reference task set: the one most rows ran (ties: the larger set).
   const counts = new Map<string, { n: number; tasks: Map<string, string | null> }>();
   for (const d of drafts) {
     const sig = signature(d.tasks);
@@ -347,8 +346,13 @@ function buildGroup(runs: RunStats[]): LeaderboardGroup {
     c.n++;
     counts.set(sig, c);
   }
-  const reference = [...counts.values()].sort((a, b) => b.n - a.n || b.tasks.size - a.tasks.size)[0]?.tasks ?? new Map<string, string | null>();
+  // The reference task set: the one most rows ran. When two sets tie, neither is the reference:
+  // each row is measured against a set it did not run, so every row of the tie is flagged.
+  const ranked = [...counts.entries()].sort(([, a], [, b]) => b.n - a.n || b.tasks.size - a.tasks.size);
+  const tops = ranked.filter(([, c]) => c.n === ranked[0]?.[1].n);
   for (const d of drafts) {
+    const own = signature(d.tasks);
+    const reference = tops.length === 1 ? (tops[0]?.[1].tasks as Map<string, string | null>) : (tops.find(([sig]) => sig !== own)?.[1].tasks ?? d.tasks);
     const reasons = difference(d.tasks, reference);
     if (d.mixed) reasons.push(`its ${d.row.runs.length} runs ran different tasks`);
     if (reasons.length > 0) {
