@@ -379,15 +379,17 @@ export const PLOT_RUNS_DEFAULT = 12;
 export interface PlotRun {
   runId: string;
   label: string;
+  /** The run's row's place in the leaderboard: one colour per row in every plot. */
+  color: number;
 }
 
 /** The data of a dataset's four plots (the viewer draws them with d3; the HTML report as inline SVG). */
 export interface LeaderboardPlots {
   dataset: DatasetRef;
   /** Every run of the dataset, newest first, and which of them the plots below show. */
-  runs: (PlotRun & { agent: string; model: string | null; startedAt: string; selected: boolean })[];
+  runs: (Omit<PlotRun, "color"> & { agent: string; model: string | null; startedAt: string; selected: boolean })[];
   /** Pass rate against cost per task, one point per row that has a cost; `pareto`: no other row is as cheap and better. */
-  cost: { points: { key: string; label: string; costPerTask: number; passRate: number; pareto: boolean }[]; unpriced: string[] };
+  cost: { points: { key: string; label: string; color: number; costPerTask: number; passRate: number; pareto: boolean }[]; unpriced: string[] };
   /** Pass rate per category, up to 6 of the selected runs side by side: values[category][run]. */
   categories: { runs: PlotRun[]; categories: string[]; values: (number | null)[][] };
   /** pass@k for k = 1..attempts of each selected run with more than one attempt. */
@@ -437,8 +439,11 @@ export function leaderboardPlots(stats: readonly RunStats[], datasetKey: string,
   // A run's label is its row's; two picked runs of one row are told apart by their ids.
   const labelCount = new Map<string, number>();
   for (const s of selected) labelCount.set(rowLabel(s), (labelCount.get(rowLabel(s)) ?? 0) + 1);
-  const plotRun = (s: RunStats): PlotRun => ({ runId: s.runId, label: (labelCount.get(rowLabel(s)) ?? 0) > 1 ? `${rowLabel(s)} ${s.runId}` : rowLabel(s) });
-  const priced = group.rows.filter((r) => r.costPerTask !== null && r.passRate !== null).map((r) => ({ key: r.key, label: rowLabel(r), costPerTask: r.costPerTask as number, passRate: r.passRate as number, pareto: false }));
+  const color = new Map(group.rows.map((r, i) => [r.key, i]));
+  const plotRun = (s: RunStats): PlotRun => ({ runId: s.runId, label: (labelCount.get(rowLabel(s)) ?? 0) > 1 ? `${rowLabel(s)} ${s.runId}` : rowLabel(s), color: color.get(rowKey(s)) ?? 0 });
+  const priced = group.rows
+    .filter((r) => r.costPerTask !== null && r.passRate !== null)
+    .map((r) => ({ key: r.key, label: rowLabel(r), color: color.get(r.key) ?? 0, costPerTask: r.costPerTask as number, passRate: r.passRate as number, pareto: false }));
   const front = paretoFront(priced);
   for (const p of priced) p.pareto = front.has(p);
   const barRuns = selected.slice(0, CATEGORY_RUNS_MAX);

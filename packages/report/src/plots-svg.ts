@@ -55,9 +55,11 @@ function percentAxis(left: number, top: number, width: number, height: number, l
   return out;
 }
 
-function legend(x: number, y: number, labels: string[]): string[] {
-  return labels.flatMap((label, i) => [
-    `<rect x="${x}" y="${y + i * 16}" width="10" height="10" fill="${PLOT_COLORS[i % PLOT_COLORS.length]}"/>`,
+const colorOf = (i: number) => PLOT_COLORS[i % PLOT_COLORS.length] as string;
+
+function legend(x: number, y: number, items: { label: string; color: number }[]): string[] {
+  return items.flatMap(({ label, color }, i) => [
+    `<rect x="${x}" y="${y + i * 16}" width="10" height="10" fill="${colorOf(color)}"/>`,
     `<text x="${x + 14}" y="${y + i * 16 + 9}" fill="#1d2430">${htmlEscape(label)}</text>`,
   ]);
 }
@@ -77,13 +79,13 @@ export function costSvg(cost: LeaderboardPlots["cost"]): string {
   body.push(`<line x1="${L}" x2="${L + w}" y1="${T + h}" y2="${T + h}" stroke="${AXIS}"/>`, `<text x="${L + w / 2}" y="${H - 8}" text-anchor="middle" fill="${AXIS}">cost per task (USD)</text>`);
   const front = cost.points.filter((p) => p.pareto).sort((a, b) => a.costPerTask - b.costPerTask);
   if (front.length > 1) body.push(`<path class="pareto" d="${front.map((p, i) => `${i ? "L" : "M"}${x(p.costPerTask).toFixed(1)},${y(p.passRate).toFixed(1)}`).join("")}" fill="none" stroke="#17803d" stroke-width="1.5" stroke-dasharray="4 3"/>`);
-  cost.points.forEach((p, i) => {
-    const color = PLOT_COLORS[i % PLOT_COLORS.length];
+  cost.points.forEach((p) => {
+    const color = colorOf(p.color);
     body.push(
       `<circle class="mark${p.pareto ? " pareto" : ""}" cx="${x(p.costPerTask).toFixed(1)}" cy="${y(p.passRate).toFixed(1)}" r="${p.pareto ? 6 : 4.5}" fill="${p.pareto ? color : "#ffffff"}" stroke="${color}" stroke-width="2"><title>${htmlEscape(`${p.label}: ${pct(p.passRate)} at ${usd(p.costPerTask)} per task${p.pareto ? " (Pareto front)" : ""}`)}</title></circle>`,
     );
   });
-  body.push(...legend(L + w + 16, T, cost.points.map((p) => `${p.label}${p.pareto ? " ★" : ""}`)));
+  body.push(...legend(L + w + 16, T, cost.points.map((p) => ({ label: `${p.label}${p.pareto ? " ★" : ""}`, color: p.color }))));
   if (cost.points.length === 0) body.push(`<text x="${L + w / 2}" y="${T + h / 2}" text-anchor="middle" fill="${AXIS}">no row reports a cost</text>`);
   return frame(W, H, "Pass rate vs cost per task (★ Pareto front)", body);
 }
@@ -105,12 +107,12 @@ export function categorySvg(c: LeaderboardPlots["categories"]): string {
       const v = c.values[ci]?.[ri];
       if (v === null || v === undefined) return;
       body.push(
-        `<rect class="mark" x="${(gx + ri * bar).toFixed(1)}" y="${(T + h - v * h).toFixed(1)}" width="${Math.max(1, bar - 1).toFixed(1)}" height="${(v * h).toFixed(1)}" fill="${PLOT_COLORS[ri % PLOT_COLORS.length]}"><title>${htmlEscape(`${run.label} · ${category}: ${pct(v)}`)}</title></rect>`,
+        `<rect class="mark" x="${(gx + ri * bar).toFixed(1)}" y="${(T + h - v * h).toFixed(1)}" width="${Math.max(1, bar - 1).toFixed(1)}" height="${(v * h).toFixed(1)}" fill="${colorOf(run.color)}"><title>${htmlEscape(`${run.label} · ${category}: ${pct(v)}`)}</title></rect>`,
       );
     });
   });
   body.push(`<line x1="${L}" x2="${L + w}" y1="${T + h}" y2="${T + h}" stroke="${AXIS}"/>`);
-  body.push(...legend(L + w + 16, T, c.runs.map((r) => r.label)));
+  body.push(...legend(L + w + 16, T, c.runs));
   return frame(W, H, "Pass rate by category", body);
 }
 
@@ -125,12 +127,12 @@ export function passAtKSvg(p: LeaderboardPlots["passAtK"]): string {
   const body = percentAxis(L, T, w, h, "pass@k");
   for (let k = 1; k <= maxK; k++) body.push(`<text x="${x(k)}" y="${T + h + 16}" text-anchor="middle" fill="${AXIS}">${k}</text>`);
   body.push(`<line x1="${L}" x2="${L + w}" y1="${T + h}" y2="${T + h}" stroke="${AXIS}"/>`, `<text x="${L + w / 2}" y="${H - 8}" text-anchor="middle" fill="${AXIS}">k (attempts)</text>`);
-  p.curves.forEach((c, i) => {
-    const color = PLOT_COLORS[i % PLOT_COLORS.length];
+  p.curves.forEach((c) => {
+    const color = colorOf(c.color);
     body.push(`<path class="line" d="${c.points.map((q, j) => `${j ? "L" : "M"}${x(q.k).toFixed(1)},${y(q.value).toFixed(1)}`).join("")}" fill="none" stroke="${color}" stroke-width="2"/>`);
     for (const q of c.points) body.push(`<circle class="mark" cx="${x(q.k).toFixed(1)}" cy="${y(q.value).toFixed(1)}" r="3.5" fill="${color}"><title>${htmlEscape(`${c.label}: pass@${q.k} ${pct(q.value)}`)}</title></circle>`);
   });
-  body.push(...legend(L + w + 16, T, p.curves.map((c) => c.label)));
+  body.push(...legend(L + w + 16, T, p.curves));
   if (p.curves.length === 0) body.push(`<text x="${L + w / 2}" y="${T + h / 2}" text-anchor="middle" fill="${AXIS}">no run has more than one attempt per task</text>`);
   return frame(W, H, "pass@k", body);
 }
@@ -140,7 +142,7 @@ export function heatmapSvg(m: LeaderboardPlots["heatmap"], href: ((runId: string
   const cell = m.tasks.length > 200 ? 6 : 14;
   const L = Math.min(260, 12 + Math.max(8, ...m.tasks.map((t) => t.length)) * 6.2);
   const T = 40 + Math.min(180, Math.max(8, ...m.runs.map((r) => r.label.length)) * 5.5);
-  const W = Math.max(320, L + m.runs.length * cell + 20);
+  const W = Math.max(440, L + m.runs.length * cell + 20);
   const H = T + m.tasks.length * cell + 20;
   const body: string[] = [];
   m.runs.forEach((r, i) => body.push(`<text transform="translate(${L + i * cell + cell / 2 + 3},${T - 6}) rotate(-60)" fill="${AXIS}">${htmlEscape(r.label)}</text>`));
