@@ -35,6 +35,8 @@ export interface RunStats {
   attempts: number;
   /** Task id -> content hash from run.json (null: no run.json, the ids come from the results). */
   taskHashes: Map<string, string | null>;
+  /** The task set's signature (sorted `id=hash`): runs with equal signatures ran the same tasks. */
+  taskSignature: string;
   byTask: Map<string, TaskCell>;
   trials: number;
   passed: number;
@@ -199,6 +201,7 @@ export function runStats(run: LoadedRun): RunStats {
     startedAt: run.summary.startedAt,
     attempts: run.config?.attempts ?? Math.max(1, ...[...byTask.values()].map((c) => c.attempts)),
     taskHashes,
+    taskSignature: signature(taskHashes),
     byTask,
     trials: run.results.length,
     passed,
@@ -210,7 +213,7 @@ export function runStats(run: LoadedRun): RunStats {
 
 function median(values: number[]): number | null {
   if (values.length === 0) return null;
-  const s = [...values].sort((a, b) => a - b);
+  const s = Float64Array.from(values).sort();
   const mid = Math.floor(s.length / 2);
   return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
 }
@@ -234,6 +237,7 @@ function rowKey(s: Pick<RunStats, "agent" | "model">): string {
 interface RowDraft {
   row: LeaderboardRow;
   tasks: Map<string, string | null>;
+  signature: string;
   /** Runs in this row that ran other tasks than its first run. */
   mixed: boolean;
 }
@@ -241,17 +245,15 @@ interface RowDraft {
 function buildRow(runs: RunStats[]): RowDraft {
   const first = runs[0] as RunStats;
   const pooled = new Map<string, { n: number; c: number }>();
-  const tasks = new Map<string, string | null>(first.taskHashes);
-  const firstSignature = signature(first.taskHashes);
-  let mixed = false;
+  const mixed = runs.some((s) => s.taskSignature !== first.taskSignature);
+  const tasks = mixed ? new Map<string, string | null>(first.taskHashes) : first.taskHashes;
   let trials = 0;
   let passed = 0;
   let cost: number | null = 0;
   let tokens: number | null = null;
   const durations: number[] = [];
   for (const s of runs) {
-    if (s !== first && signature(s.taskHashes) !== firstSignature) mixed = true;
-    for (const [id, hash] of s.taskHashes) if (!tasks.has(id)) tasks.set(id, hash);
+    if (mixed) for (const [id, hash] of s.taskHashes) if (!tasks.has(id)) tasks.set(id, hash);
     for (const [id, cell] of s.byTask) {
       const p = pooled.get(id) ?? { n: 0, c: 0 };
       p.n += cell.attempts;
@@ -277,6 +279,7 @@ function buildRow(runs: RunStats[]): RowDraft {
   const costUsd = cost === null ? null : Math.round(cost * 1e6) / 1e6;
   return {
     tasks,
+    signature: mixed ? signature(tasks) : first.taskSignature,
     mixed,
     row: {
       key: rowKey(first),
@@ -341,19 +344,17 @@ function buildGroup(runs: RunStats[]): LeaderboardGroup {
   const drafts = [...byRow.values()].map(buildRow);
   const counts = new Map<string, { n: number; tasks: Map<string, string | null> }>();
   for (const d of drafts) {
-    const sig = signature(d.tasks);
-    const c = counts.get(sig) ?? { n: 0, tasks: d.tasks };
+    const c = counts.get(d.signature) ?? { n: 0, tasks: d.tasks };
     c.n++;
-    counts.set(sig, c);
+    counts.set(d.signature, c);
   }
   // The reference task set: the one most rows ran. When two sets tie, neither is the reference:
   // each row is measured against a set it did not run, so every row of the tie is flagged.
   const ranked = [...counts.entries()].sort(([, a], [, b]) => b.n - a.n || b.tasks.size - a.tasks.size);
   const tops = ranked.filter(([, c]) => c.n === ranked[0]?.[1].n);
   for (const d of drafts) {
-    const own = signature(d.tasks);
-    const reference = tops.length === 1 ? (tops[0]?.[1].tasks as Map<string, string | null>) : (tops.find(([sig]) => sig !== own)?.[1].tasks ?? d.tasks);
-    const reasons = difference(d.tasks, reference);
+    const reference = tops.length === 1 ? (tops[0]?.[1].tasks as Map<string, string | null>) : (tops.find(([sig]) => sig !== d.signature)?.[1].tasks ?? d.tasks);
+    const reasons = reference === d.tasks || (tops.length === 1 && tops[0]?.[0] === d.signature) ? [] : difference(d.tasks, reference);
     if (d.mixed) reasons.push(`its ${d.row.runs.length} runs ran different tasks`);
     if (reasons.length > 0) {
       d.row.comparable = false;

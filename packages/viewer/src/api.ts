@@ -1,7 +1,7 @@
 import { lstat, open, readdir, readFile, realpath, stat } from "node:fs/promises";
 import { basename, join, resolve, sep } from "node:path";
 import type { TrialResult } from "@proctor/schema";
-import { buildComparison, buildLeaderboard, buildRunReport, fullReason, leaderboardPlots, readFirstFailure, runStats, trialFlags, type RunReport, type RunStats } from "@proctor/report";
+import { buildComparison, buildLeaderboard, buildRunReport, fullReason, leaderboardPlots, readFirstFailure, runStats, trialFlags, type Leaderboard, type RunReport, type RunStats } from "@proctor/report";
 import { wilsonInterval } from "@proctor/reward";
 import type { RunDir } from "./run-dir";
 
@@ -73,6 +73,19 @@ function report(run: RunDir): RunReport {
 /** The leaderboard's view of the run, once per change. */
 function stats(run: RunDir): RunStats {
   return run.cached("stats", () => runStats(run.loaded()));
+}
+
+/** The last leaderboard built for a source, with the run versions it was built from. */
+const boards = new WeakMap<RunSource, { key: string; board: Leaderboard }>();
+
+/** The leaderboard over `runs`, rebuilt only when a run appeared, went, or changed (a run's stats are memoized apart). */
+function leaderboardOf(source: RunSource, runs: readonly RunDir[]): Leaderboard {
+  const key = runs.map((r) => `${r.dir}\0${r.version}`).join("\n");
+  const last = boards.get(source);
+  if (last?.key === key) return last.board;
+  const board = buildLeaderboard(runs.map(stats));
+  boards.set(source, { key, board });
+  return board;
 }
 
 function listEntry(run: RunDir, options: ViewerApiOptions) {
@@ -349,8 +362,8 @@ export async function answerApi(source: RunSource, path: readonly string[], quer
   if (what === "leaderboard" && (id === undefined || (id === "plots" && sub === undefined))) {
     const runs = await source.runs();
     await Promise.all(runs.map((r) => r.refresh()));
+    if (id === undefined) return { status: 200, body: leaderboardOf(source, runs) };
     const all = runs.map(stats);
-    if (id === undefined) return { status: 200, body: buildLeaderboard(all) };
     const dataset = query.get("dataset") ?? "";
     const runIds = (query.get("runs") ?? "").split(",").filter(Boolean);
     const plots = leaderboardPlots(all, dataset, { runIds });
