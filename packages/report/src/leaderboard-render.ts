@@ -60,7 +60,7 @@ function htmlTable(g: LeaderboardGroup): string {
   const body = g.rows
     .map((r, i) => `<tr${r.comparable ? "" : ' class="not-comparable"'}>${rowCells(r, i).map((c, j) => `<td${numeric.has(j) ? ' class="n"' : j === 10 && !r.comparable ? ' class="error"' : ""}>${htmlEscape(c)}</td>`).join("")}</tr>`)
     .join("\n");
-  return `<table><thead><tr>${head}</tr></thead><tbody>\n${body}\n</tbody></table>`;
+  return `<table class="board"><thead><tr>${head}</tr></thead><tbody>\n${body}\n</tbody></table>`;
 }
 
 function renderLeaderboardHtml(board: Leaderboard, runs: readonly LoadedRun[]): string {
@@ -78,7 +78,7 @@ function renderLeaderboardHtml(board: Leaderboard, runs: readonly LoadedRun[]): 
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
 <title>${htmlEscape(title)}</title>
-<style>${HTML_STYLE}figure{margin:1rem 0;overflow-x:auto}</style>
+<style>${HTML_STYLE}figure{margin:1rem 0;overflow-x:auto}table.board td:not(:last-child){white-space:nowrap}</style>
 </head>
 <body>
 <h1>${htmlEscape(title)}</h1>

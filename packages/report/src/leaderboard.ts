@@ -461,7 +461,8 @@ export function leaderboardPlots(stats: readonly RunStats[], datasetKey: string,
       return n === 0 ? null : c / n;
     }),
   );
-  const tasks = [...new Set(selected.flatMap((s) => [...s.byTask.keys()]))].sort();
+  // Natural order: task-2 before task-10.
+  const tasks = [...new Set(selected.flatMap((s) => [...s.byTask.keys()]))].sort((a, b) => a.localeCompare(b, "en", { numeric: true }));
   const taskIndex = new Map(tasks.map((t, i) => [t, i]));
   const cells: LeaderboardPlots["heatmap"]["cells"] = [];
   selected.forEach((s, run) => {

@@ -141,11 +141,11 @@ export function passAtKSvg(p: LeaderboardPlots["passAtK"]): string {
 export function heatmapSvg(m: LeaderboardPlots["heatmap"], href: ((runId: string, trialId: string) => string) | null = null): string {
   const cell = m.tasks.length > 200 ? 6 : 14;
   const L = Math.min(260, 12 + Math.max(8, ...m.tasks.map((t) => t.length)) * 6.2);
-  const T = 40 + Math.min(180, Math.max(8, ...m.runs.map((r) => r.label.length)) * 5.5);
-  const W = Math.max(440, L + m.runs.length * cell + 20);
+  const T = 40 + Math.min(200, Math.max(8, ...m.runs.map((r) => r.label.length)) * 6.2);
+  const W = Math.max(520, L + m.runs.length * cell + 20);
   const H = T + m.tasks.length * cell + 20;
   const body: string[] = [];
-  m.runs.forEach((r, i) => body.push(`<text transform="translate(${L + i * cell + cell / 2 + 3},${T - 6}) rotate(-60)" fill="${AXIS}">${htmlEscape(r.label)}</text>`));
+  m.runs.forEach((r, i) => body.push(`<text transform="translate(${L + i * cell + cell / 2 + 4},${T - 6}) rotate(-90)" fill="${AXIS}">${htmlEscape(r.label)}</text>`));
   if (cell >= 10) m.tasks.forEach((t, i) => body.push(`<text x="${L - 6}" y="${T + i * cell + cell - 3}" text-anchor="end" fill="${AXIS}">${htmlEscape(t)}</text>`));
   for (const c of m.cells) {
     const run = m.runs[c.run] as { runId: string; label: string };

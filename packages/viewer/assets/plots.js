@@ -144,12 +144,12 @@ export function passAtKPlot(p) {
 export function heatmapPlot(m, href) {
   const cell = m.tasks.length > 200 ? 6 : 14;
   const L = Math.min(260, 12 + Math.max(8, ...m.tasks.map((t) => t.length)) * 6.2);
-  const T = 40 + Math.min(180, Math.max(8, ...m.runs.map((r) => r.label.length)) * 5.5);
-  const W = Math.max(440, L + m.runs.length * cell + 20);
+  const T = 40 + Math.min(200, Math.max(8, ...m.runs.map((r) => r.label.length)) * 6.2);
+  const W = Math.max(520, L + m.runs.length * cell + 20);
   const H = T + m.tasks.length * cell + 20;
   const svg = canvas(W, H, "Per-task outcome (green: passed, red: failed, amber: errored)");
   svg.append("g").selectAll("text").data(m.runs).join("text").attr("fill", AXIS)
-    .attr("transform", (/** @type {any} */ _r, /** @type {number} */ i) => `translate(${L + i * cell + cell / 2 + 3},${T - 6}) rotate(-60)`).text((/** @type {any} */ r) => r.label);
+    .attr("transform", (/** @type {any} */ _r, /** @type {number} */ i) => `translate(${L + i * cell + cell / 2 + 4},${T - 6}) rotate(-90)`).text((/** @type {any} */ r) => r.label);
   if (cell >= 10) {
     svg.append("g").selectAll("text").data(m.tasks).join("text").attr("fill", AXIS).attr("text-anchor", "end")
       .attr("x", L - 6).attr("y", (/** @type {any} */ _t, /** @type {number} */ i) => T + i * cell + cell - 3).text((/** @type {string} */ t) => t);
