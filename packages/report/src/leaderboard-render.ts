@@ -1,6 +1,6 @@
 import { FormatError } from "./errors";
 import { htmlEscape, HTML_STYLE } from "./html";
-import { buildLeaderboard, leaderboardPlots, runStats, type Leaderboard, type LeaderboardGroup, type LeaderboardRow } from "./leaderboard";
+import { buildLeaderboard, leaderboardPlots, runStats, type Leaderboard, type LeaderboardGroup, type LeaderboardRow, type RunStats } from "./leaderboard";
 import type { LoadedRun } from "./load";
 import { categorySvg, costSvg, heatmapSvg, passAtKSvg } from "./plots-svg";
 import { formatDuration, mdTable, percent, percentInterval, textTable } from "./text";
@@ -63,13 +63,26 @@ function htmlTable(g: LeaderboardGroup): string {
   return `<table class="board"><thead><tr>${head}</tr></thead><tbody>\n${body}\n</tbody></table>`;
 }
 
+/** A dataset's four plots as inline SVG figures (inline, an svg element needs no xmlns: the file keeps no URL at all). */
+function plotFigures(stats: readonly RunStats[], datasetKey: string): string {
+  const plots = leaderboardPlots(stats, datasetKey);
+  if (!plots) return "";
+  return [costSvg(plots.cost), categorySvg(plots.categories), passAtKSvg(plots.passAtK), heatmapSvg(plots.heatmap)]
+    .map((svg) => `<figure>${svg.replace(' xmlns="http://www.w3.org/2000/svg"', "")}</figure>`)
+    .join("\n");
+}
+
+/** The leaderboard's plots of each dataset among `runs`, for the HTML report of two or more runs. */
+export function plotsHtml(runs: readonly LoadedRun[]): string {
+  const stats = runs.map(runStats);
+  return buildLeaderboard(stats)
+    .groups.map((g) => `<h2>Plots: ${htmlEscape(g.dataset.key)}</h2>\n${plotFigures(stats, g.dataset.key)}`)
+    .join("\n");
+}
+
 function renderLeaderboardHtml(board: Leaderboard, runs: readonly LoadedRun[]): string {
   const stats = runs.map(runStats);
-  const sections = board.groups.map((g) => {
-    const plots = leaderboardPlots(stats, g.dataset.key);
-    const figures = plots ? [costSvg(plots.cost), categorySvg(plots.categories), passAtKSvg(plots.passAtK), heatmapSvg(plots.heatmap)].map((svg) => `<figure>${svg}</figure>`).join("\n") : "";
-    return [`<h2>${htmlEscape(groupTitle(g))}</h2>`, htmlTable(g), figures].join("\n");
-  });
+  const sections = board.groups.map((g) => [`<h2>${htmlEscape(groupTitle(g))}</h2>`, htmlTable(g), plotFigures(stats, g.dataset.key)].join("\n"));
   const title = `Proctor leaderboard: ${board.runs} run${board.runs === 1 ? "" : "s"}`;
   return `<!doctype html>
 <html lang="en">
@@ -78,7 +91,7 @@ function renderLeaderboardHtml(board: Leaderboard, runs: readonly LoadedRun[]): 
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
 <title>${htmlEscape(title)}</title>
-<style>${HTML_STYLE}figure{margin:1rem 0;overflow-x:auto}table.board td:not(:last-child){white-space:nowrap}</style>
+<style>${HTML_STYLE}table.board td:not(:last-child){white-space:nowrap}</style>
 </head>
 <body>
 <h1>${htmlEscape(title)}</h1>
