@@ -430,6 +430,8 @@ async function leaderboardPage() {
 
 /** Runs picked for a dataset's plots, by dataset key (none: the server's default, the newest of each row). @type {Map<string, string[]>} */
 const plotRuns = new Map();
+/** The run picker stays open across live re-renders. */
+let pickerOpen = false;
 
 /** @param {string} key */
 async function plotsPage(key) {
@@ -448,7 +450,7 @@ async function plotsPage(key) {
     h("h1", {}, `Plots: ${key}`),
     groupHeading(group),
     boardTable(group),
-    h("details", { id: "plot-runs" },
+    h("details", { id: "plot-runs", open: pickerOpen, ontoggle: (/** @type {Event} */ e) => (pickerOpen = /** @type {HTMLDetailsElement} */ (e.target).open) },
       h("summary", {}, `Runs shown: ${plots.runs.filter((/** @type {any} */ r) => r.selected).length} of ${plots.runs.length} (bars: the first 6)`),
       h("ul", { class: "picker" }, plots.runs.map((/** @type {any} */ r) => h("li", {},
         h("label", {}, h("input", { type: "checkbox", checked: r.selected, "data-run": r.runId, onchange: (/** @type {Event} */ e) => pick(r.runId, /** @type {HTMLInputElement} */ (e.target).checked) }), ` ${r.label} `, h("a", { href: `#/run/${enc(r.runId)}` }, r.runId), h("span", { class: "muted" }, ` ${r.startedAt.slice(0, 16).replace("T", " ")}`))))),
