@@ -36,6 +36,7 @@ const BENCHES: Bench[] = [
   { name: "server", docker: false, quick: ["--tasks", "200", "--subscribers", "250", "--duration", "2"], full: [] },
   { name: "llm-loop", docker: false, quick: ["--trials", "10", "--turns", "20"], full: [] },
   { name: "viewer", docker: false, quick: ["--trials", "2000", "--rounds", "3"], full: [] },
+  { name: "leaderboard", docker: false, quick: ["--runs", "40", "--trials", "200", "--rounds", "3"], full: [] },
   { name: "sandbox-exec", docker: true, quick: ["--execs", "20", "--lifecycles", "5"], full: [] },
   { name: "trial-overhead", docker: true, quick: ["--trials", "48", "--parallel", "8", "--rounds", "1"], full: [] },
   { name: "slots", docker: true, quick: ["--rollouts", "200", "--naive-rollouts", "24"], full: [] },

@@ -172,8 +172,9 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--json", "same as --format json", false)
     .option("-o, --out <file>", "write to FILE instead of stdout")
     .option("--seed <n>", "bootstrap seed", (v) => Number(v))
+    .option("--leaderboard", "one leaderboard over the runs (run dirs or dirs holding them): by dataset and agent + model; --format table|md|json|html (html adds the plots)", false)
     .action(async (runDirs: string[], o) =>
-      setExitCode(await (await import("./commands/report")).reportCommand({ runDirs, format: o.json ? "json" : o.format, out: o.out, seed: o.seed })),
+      setExitCode(await (await import("./commands/report")).reportCommand({ runDirs, format: o.json ? "json" : o.format, out: o.out, seed: o.seed, leaderboard: o.leaderboard })),
     );
 
   program

@@ -5,11 +5,12 @@ export function htmlEscape(text: string): string {
   return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(/'/g, "&#39;");
 }
 
-const STYLE = `
+/** The report's stylesheet (inline: the file references nothing). */
+export const HTML_STYLE = `
 :root{color-scheme:light dark;--fg:#1d2430;--muted:#5b6474;--bg:#fff;--line:#d9dee7;--pass:#17803d;--fail:#b42318;--err:#b54708}
 @media (prefers-color-scheme:dark){:root{--fg:#e6e9ef;--muted:#9aa3b2;--bg:#11151c;--line:#2a313d;--pass:#4ade80;--fail:#f87171;--err:#fbbf24}}
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:var(--fg);background:var(--bg);margin:2rem auto;max-width:1100px;padding:0 1rem}
-h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem}h3{font-size:1rem}
+figure{margin:1rem 0;overflow-x:auto}h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem}h3{font-size:1rem}
 table{border-collapse:collapse;width:100%;margin:.5rem 0 1rem}th,td{border-bottom:1px solid var(--line);padding:.3rem .5rem;text-align:left;vertical-align:top}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem}dt{color:var(--muted)}dd{margin:0}
@@ -89,10 +90,10 @@ function flakySection(f: FlakyReport): string {
   return parts.join("\n");
 }
 
-/** One self-contained HTML file: inline style, no script, no external reference of any kind. */
-export function renderHtml(reports: readonly RunReport[], comparison: ComparisonReport | null = null, flaky: FlakyReport | null = null): string {
+/** One self-contained HTML file: inline style, no script, no external reference of any kind; `plots`: inline SVG figures (the leaderboard's, for two or more runs). */
+export function renderHtml(reports: readonly RunReport[], comparison: ComparisonReport | null = null, flaky: FlakyReport | null = null, plots = ""): string {
   const title = comparison ? `Proctor: ${comparison.b.runId} vs ${comparison.a.runId}` : `Proctor: ${reports.map((r) => r.runId).join(", ")}`;
-  const body = [comparison ? comparisonSection(comparison) : "", flaky ? flakySection(flaky) : "", ...reports.map(runSection)].filter(Boolean).join("\n");
+  const body = [comparison ? comparisonSection(comparison) : "", flaky ? flakySection(flaky) : "", plots, ...reports.map(runSection)].filter(Boolean).join("\n");
   return `<!doctype html>
 <html lang="en">
 <head>
@@ -100,7 +101,7 @@ export function renderHtml(reports: readonly RunReport[], comparison: Comparison
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
 <title>${htmlEscape(title)}</title>
-<style>${STYLE}</style>
+<style>${HTML_STYLE}</style>
 </head>
 <body>
 <h1>${htmlEscape(title)}</h1>

@@ -16,6 +16,12 @@ export interface LoadedRun {
   results: TrialResult[];
   /** results.jsonl lines that did not parse (a half-written last line while the run is going). */
   skippedLines: number;
+  /**
+   * run.json and summary.json as written (parsed JSON, before the schema dropped fields this
+   * version does not know): the leaderboard reads optional fields such as a dataset's `origins`
+   * and cost totals from here when the schema does not carry them.
+   */
+  raw?: { config: unknown; summary: unknown };
   /** After `withFirstFailures(run)`: the first failure (test or line) the verifier's output of each failed trial names, by trial id (the first 200 failed trials). */
   firstFailures?: Record<string, string>;
 }
@@ -74,9 +80,11 @@ export async function loadRun(dir: string): Promise<LoadedRun> {
   if (!(await isRunDir(root))) throw new RunReadError(`${dir}: not a run directory (no run.json, results.jsonl or summary.json)`);
   const configText = await readText(join(root, "run.json"));
   let config: RunConfig | null = null;
+  const raw: { config: unknown; summary: unknown } = { config: null, summary: null };
   if (configText !== null) {
     try {
-      const parsed = RunConfig.safeParse(JSON.parse(configText));
+      raw.config = JSON.parse(configText) as unknown;
+      const parsed = RunConfig.safeParse(raw.config);
       config = parsed.success ? parsed.data : null;
     } catch {
       config = null;
@@ -87,7 +95,8 @@ export async function loadRun(dir: string): Promise<LoadedRun> {
   let summary: RunSummary | null = null;
   if (summaryText !== null) {
     try {
-      const parsed = RunSummary.safeParse(JSON.parse(summaryText));
+      raw.summary = JSON.parse(summaryText) as unknown;
+      const parsed = RunSummary.safeParse(raw.summary);
       summary = parsed.success ? parsed.data : null;
     } catch {
       summary = null; // rewritten atomically, but a copy may be cut short
@@ -107,7 +116,7 @@ export async function loadRun(dir: string): Promise<LoadedRun> {
       status: "running",
     });
   }
-  return { dir: root, runId, config, summary, results, skippedLines: skipped };
+  return { dir: root, runId, config, summary, results, skippedLines: skipped, raw };
 }
 
 /** The run with the first failure of each failed trial (the first 200) read from its verifier output. */

@@ -1,5 +1,6 @@
 import { FormatError } from "./errors";
 import { renderHtml } from "./html";
+import { plotsHtml } from "./leaderboard-render";
 import type { LoadedRun } from "./load";
 import { buildSwebenchReport, renderCsv, renderJunit } from "./machine";
 import { buildComparison, buildFlakyReport, buildRunReport } from "./model";
@@ -17,7 +18,8 @@ export interface RenderOptions {
 /**
  * Renders runs in one format. Two runs add a paired comparison (B = the second against A = the
  * first) to table, md, json and html; three or more add the flaky task definitions found across
- * oracle/nop runs (json: `flakyTasks`); csv and junit list every run's trials; swebench takes one run.
+ * oracle/nop runs (json: `flakyTasks`); html of two or more runs carries the leaderboard's plots
+ * of each dataset as inline SVG; csv and junit list every run's trials; swebench takes one run.
  */
 export async function renderReport(runs: readonly LoadedRun[], format: ReportFormat, options: RenderOptions = {}): Promise<string> {
   if (runs.length === 0) throw new FormatError("no runs to report");
@@ -32,7 +34,7 @@ export async function renderReport(runs: readonly LoadedRun[], format: ReportFor
     case "md":
       return renderMarkdown(reports, comparison, flaky);
     case "html":
-      return renderHtml(reports, comparison, flaky);
+      return renderHtml(reports, comparison, flaky, runs.length > 1 ? plotsHtml(runs) : "");
     case "json":
       return `${JSON.stringify(comparison ?? (reports.length === 1 ? reports[0] : { runs: reports, ...(flaky ? { flakyTasks: flaky } : {}) }), null, 2)}\n`;
     case "csv":

@@ -3,6 +3,8 @@
 // textContent (never innerHTML), so task ids and logs cannot inject markup. Every URL is relative
 // (api/..., ws), so the same app runs at / (proctor view) and under the server's /ui/.
 
+import { categoryPlot, costPlot, figure, heatmapPlot, passAtKPlot, usd } from "./plots.js";
+
 const app = /** @type {HTMLElement} */ (document.getElementById("app"));
 const crumbs = /** @type {HTMLElement} */ (document.getElementById("crumbs"));
 const live = /** @type {HTMLElement} */ (document.getElementById("live"));
@@ -371,6 +373,99 @@ async function comparePage(a, b) {
   );
 }
 
+// ---- leaderboard and plots -----------------------------------------------------------------------
+
+/** @param {number | null} v */
+const money = (v) => (v === null || v === undefined ? "—" : usd(v));
+/** @param {number | null} v */
+function tokens(v) {
+  if (v === null || v === undefined) return "—";
+  if (v < 1000) return String(Math.round(v));
+  return v < 1e6 ? `${(v / 1e3).toFixed(v < 1e4 ? 2 : 1)}k` : `${(v / 1e6).toFixed(2)}M`;
+}
+
+/** A dataset group's rows: one per agent + model, best pass rate first. @param {any} g */
+function boardTable(g) {
+  const header = ["#", "agent", "model", "pass rate [95% CI]", "pass@k", "cost/task", "tokens/task", "median trial", "trials", "runs", "comparable"];
+  const numeric = [0, 3, 5, 6, 7, 8];
+  return h("table", { class: "board", "data-dataset": g.dataset.key },
+    h("thead", {}, h("tr", {}, header.map((x, i) => h("th", { class: numeric.includes(i) ? "n" : null }, x)))),
+    h("tbody", {}, g.rows.map((/** @type {any} */ r, /** @type {number} */ i) => h("tr", { "data-row": r.key, class: r.comparable ? null : "not-comparable" },
+      h("td", { class: "n" }, String(i + 1)),
+      h("td", {}, r.agent),
+      h("td", {}, r.model ?? "-"),
+      h("td", { class: "n" }, `${pct(r.passRate)}${ciText(r.ci)}`),
+      h("td", {}, r.passAtK.length > 1 ? r.passAtK.filter((/** @type {any} */ p) => p.k === 1 || p.k === r.passAtK.length || p.k === 5 || p.k === 10).map((/** @type {any} */ p) => `@${p.k} ${pct(p.value)}`).join(" ") : "-"),
+      h("td", { class: "n cost" }, money(r.costPerTask)),
+      h("td", { class: "n" }, tokens(r.tokensPerTask)),
+      h("td", { class: "n" }, r.medianTrialMs === null ? "-" : dur(r.medianTrialMs)),
+      h("td", { class: "n" }, String(r.trials)),
+      h("td", {}, r.runs.slice(0, 3).flatMap((/** @type {string} */ id, /** @type {number} */ j) => [j ? ", " : "", h("a", { href: `#/run/${enc(id)}` }, id)]), r.runs.length > 3 ? ` +${r.runs.length - 3} more` : ""),
+      h("td", { class: r.comparable ? "comparable" : "comparable error", title: r.notComparable ?? "" }, r.comparable ? "yes" : `⚠ not comparable: ${r.notComparable}`),
+    ))),
+  );
+}
+
+/** @param {any} g */
+function groupHeading(g) {
+  return h("h2", { class: "dataset" }, `${g.dataset.key} `,
+    g.dataset.from === "sources" ? h("span", { class: "muted" }, "(by its sources' names) ") : null,
+    g.comparable ? null : h("span", { class: "error flag" }, "⚠ not all rows comparable "),
+    h("a", { href: `#/leaderboard/${enc(g.dataset.key)}`, class: "plots-link" }, "plots →"));
+}
+
+const BOARD_NOTE = "Pass rate: clean passes / finished trials over a row's runs (errors count as not passed), 95% Wilson interval. pass@k: unbiased estimator, when a task has more than one attempt. Cost per task: USD over every attempt / tasks; — when unpriced. Rows are flagged when their tasks (ids or content hashes) differ from the set most rows of the dataset ran.";
+
+async function leaderboardPage() {
+  setCrumbs([["runs", "#/"], ["leaderboard", ""]]);
+  const board = await api("api/leaderboard");
+  show(
+    h("h1", {}, "Leaderboard"),
+    h("p", { class: "muted", id: "board-summary" }, `${board.runs} run${board.runs === 1 ? "" : "s"} over ${board.groups.length} dataset${board.groups.length === 1 ? "" : "s"}, grouped by agent and model.`),
+    board.groups.length === 0 ? h("p", { class: "muted" }, "No runs found yet. Start one with proctor run; it appears here live.") : null,
+    board.groups.map((/** @type {any} */ g) => h("section", { class: "group" }, groupHeading(g), boardTable(g))),
+    h("p", { class: "muted" }, BOARD_NOTE),
+  );
+}
+
+/** Runs picked for a dataset's plots, by dataset key (none: the server's default, the newest of each row). @type {Map<string, string[]>} */
+const plotRuns = new Map();
+/** The run picker stays open across live re-renders. */
+let pickerOpen = false;
+
+/** @param {string} key */
+async function plotsPage(key) {
+  setCrumbs([["runs", "#/"], ["leaderboard", "#/leaderboard"], [key, ""]]);
+  const picked = plotRuns.get(key);
+  const { group, plots } = await api(`api/leaderboard/plots?dataset=${enc(key)}${picked ? `&runs=${picked.map(enc).join(",")}` : ""}`);
+  const pick = (/** @type {string} */ runId, /** @type {boolean} */ on) => {
+    const now = plots.runs.filter((/** @type {any} */ r) => r.selected).map((/** @type {any} */ r) => r.runId).filter((/** @type {string} */ id) => id !== runId);
+    if (on) now.push(runId);
+    if (now.length === 0) return;
+    plotRuns.set(key, now);
+    void route();
+  };
+  const file = key.replace(/[^A-Za-z0-9._-]+/g, "_");
+  show(
+    h("h1", {}, `Plots: ${key}`),
+    groupHeading(group),
+    boardTable(group),
+    h("details", { id: "plot-runs", open: pickerOpen, ontoggle: (/** @type {Event} */ e) => (pickerOpen = /** @type {HTMLDetailsElement} */ (e.target).open) },
+      h("summary", {}, `Runs shown: ${plots.runs.filter((/** @type {any} */ r) => r.selected).length} of ${plots.runs.length} (bars: the first 6)`),
+      h("ul", { class: "picker" }, plots.runs.map((/** @type {any} */ r) => h("li", {},
+        h("label", {}, h("input", { type: "checkbox", checked: r.selected, "data-run": r.runId, onchange: (/** @type {Event} */ e) => pick(r.runId, /** @type {HTMLInputElement} */ (e.target).checked) }), ` ${r.label} `, h("a", { href: `#/run/${enc(r.runId)}` }, r.runId), h("span", { class: "muted" }, ` ${r.startedAt.slice(0, 16).replace("T", " ")}`))))),
+    ),
+    h("div", { class: "plots" },
+      figure("plot-cost", costPlot(plots.cost), `${file}-cost`),
+      plots.cost.unpriced.length ? h("p", { class: "muted", id: "unpriced" }, `Not plotted (no cost recorded): ${plots.cost.unpriced.join(", ")}`) : null,
+      figure("plot-categories", categoryPlot(plots.categories), `${file}-categories`),
+      figure("plot-passk", passAtKPlot(plots.passAtK), `${file}-pass-at-k`),
+      figure("plot-heatmap", heatmapPlot(plots.heatmap, (runId, trialId) => `#/run/${enc(runId)}/trial/${enc(trialId)}`), `${file}-tasks`),
+    ),
+    h("p", { class: "muted" }, BOARD_NOTE),
+  );
+}
+
 // ---- routing and live updates ----------------------------------------------------------------
 
 /** @returns {string[]} */
@@ -393,6 +488,8 @@ function route() {
       if (page === "run" && a && sub === "trial" && b) await trialPage(a, b);
       else if (page === "run" && a) await runPage(a);
       else if (page === "compare" && a && sub) await comparePage(a, sub);
+      else if (page === "leaderboard" && a) await plotsPage(a);
+      else if (page === "leaderboard") await leaderboardPage();
       else await runsPage();
     } catch (error) {
       fail(error);
@@ -464,6 +561,17 @@ async function logout() {
 
 /** @type {WebSocket | null} */
 let socket = null;
+let boardTimer = 0;
+let boardLast = 0;
+/** Re-renders the leaderboard page now, or once a second has passed since the last time. */
+function boardRefresh() {
+  if (boardTimer) return;
+  boardTimer = window.setTimeout(() => {
+    boardTimer = 0;
+    boardLast = Date.now();
+    if (currentRoute()[0] === "leaderboard") void route();
+  }, Math.max(0, 1000 - (Date.now() - boardLast)));
+}
 function connect() {
   if (socket) return;
   const url = new URL("ws", location.href);
@@ -480,6 +588,8 @@ function connect() {
     if (msg.type !== "changed") return;
     const [page, a, sub] = currentRoute();
     // The runs list shows every run; a run or compare page only cares about its own runs; a trial page is final.
+    // The leaderboard and its plots are over every run: any change, at most once a second (a live run changes often).
+    if (page === "leaderboard") return boardRefresh();
     if (!page || (page === "run" && sub !== "trial" && msg.runIds.includes(a)) || (page === "compare" && (msg.runIds.includes(a) || msg.runIds.includes(sub)))) void route();
   });
   ws.addEventListener("close", () => {

@@ -1,7 +1,7 @@
 import { lstat, open, readdir, readFile, realpath, stat } from "node:fs/promises";
 import { basename, join, resolve, sep } from "node:path";
 import type { TrialResult } from "@proctor/schema";
-import { buildComparison, buildRunReport, fullReason, readFirstFailure, trialFlags, type RunReport } from "@proctor/report";
+import { buildComparison, buildLeaderboard, buildRunReport, fullReason, leaderboardPlots, readFirstFailure, runStats, trialFlags, type Leaderboard, type RunReport, type RunStats } from "@proctor/report";
 import { wilsonInterval } from "@proctor/reward";
 import type { RunDir } from "./run-dir";
 
@@ -68,6 +68,24 @@ function report(run: RunDir): RunReport {
     const resamples = Math.max(100, Math.min(500, Math.floor(BOOTSTRAP_DRAWS / Math.max(1, run.results.length))));
     return buildRunReport(run.loaded(), { resamples });
   });
+}
+
+/** The leaderboard's view of the run, once per change. */
+function stats(run: RunDir): RunStats {
+  return run.cached("stats", () => runStats(run.loaded()));
+}
+
+/** The last leaderboard built for a source, with the run versions it was built from. */
+const boards = new WeakMap<RunSource, { key: string; board: Leaderboard }>();
+
+/** The leaderboard over `runs`, rebuilt only when a run appeared, went, or changed (a run's stats are memoized apart). */
+function leaderboardOf(source: RunSource, runs: readonly RunDir[]): Leaderboard {
+  const key = runs.map((r) => `${r.dir}\0${r.version}`).join("\n");
+  const last = boards.get(source);
+  if (last?.key === key) return last.board;
+  const board = buildLeaderboard(runs.map(stats));
+  boards.set(source, { key, board });
+  return board;
 }
 
 function listEntry(run: RunDir, options: ViewerApiOptions) {
@@ -259,7 +277,10 @@ function newestFirst(a: RunDir, b: RunDir): number {
  * - `runs/<id>/trials/<trialId>`: trial page data (Proctor's captures in `files`, what the sandbox
  *   wrote under logs/ in `sandboxFiles` with the log cap's cuts); `.../file?name&(offset|end)`: one
  *   chunk of a log (a TRIAL_FILES name, or `logs/...`);
- * - `compare?a&b`: the paired comparison of two runs.
+ * - `compare?a&b`: the paired comparison of two runs;
+ * - `leaderboard`: every run grouped by dataset and agent + model (@proctor/report's Leaderboard);
+ *   `leaderboard/plots?dataset&runs`: one dataset's leaderboard group and the data of its plots
+ *   (`runs`: comma-separated run ids the bars, pass@k curves and heat map show; default the newest of each row).
  */
 export async function answerApi(source: RunSource, path: readonly string[], query: URLSearchParams, options: ViewerApiOptions = {}): Promise<ApiAnswer> {
   const showPaths = options.showPaths ?? true;
@@ -337,6 +358,18 @@ export async function answerApi(source: RunSource, path: readonly string[], quer
     const body = { result: trial, reason: fullReason(trial), failure: await readFirstFailure(trial, trialDir), flags: trialFlags(trial), files, sandboxFiles: await sandboxFiles(trialDir), instruction, trialDir: showPaths ? trialDir : null };
     // Without paths, the run dir inside the result (an uploaded agent's dir, a message) reads as "." instead.
     return { status: 200, body: showPaths ? body : (JSON.parse(JSON.stringify(body).split(run.dir).join(".")) as unknown) };
+  }
+  if (what === "leaderboard" && (id === undefined || (id === "plots" && sub === undefined))) {
+    const runs = await source.runs();
+    await Promise.all(runs.map((r) => r.refresh()));
+    if (id === undefined) return { status: 200, body: leaderboardOf(source, runs) };
+    const all = runs.map(stats);
+    const dataset = query.get("dataset") ?? "";
+    const runIds = (query.get("runs") ?? "").split(",").filter(Boolean);
+    const plots = leaderboardPlots(all, dataset, { runIds });
+    if (!plots) return notFound(`no run of dataset ${JSON.stringify(dataset)}`);
+    const group = buildLeaderboard(all.filter((s) => s.dataset.key === dataset)).groups[0] ?? null;
+    return { status: 200, body: { group, plots } };
   }
   if (what === "compare" && id === undefined) {
     const a = await runOr404(query.get("a") ?? "");

@@ -34,6 +34,8 @@ export class RunDir {
   /** Bumped whenever anything read from the directory changed. */
   version = 0;
   private summaryFile: RunSummary | null = null;
+  /** run.json and summary.json as written (for optional fields the schema does not carry: see LoadedRun.raw). */
+  private raw: { config: unknown; summary: unknown } = { config: null, summary: null };
   private readonly byTrial = new Map<string, TrialResult>();
   private offset = 0;
   private resultsIno = -1;
@@ -91,13 +93,17 @@ export class RunDir {
     const configStamp = stampOf(configStat ?? null);
     if (configStamp !== this.stamps.config) {
       this.stamps.config = configStamp;
-      this.config = parseJson(await readFile(join(this.dir, "run.json"), "utf8").catch(() => null), RunConfig);
+      const read = parseJson(await readFile(join(this.dir, "run.json"), "utf8").catch(() => null), RunConfig);
+      this.config = read.parsed;
+      this.raw = { ...this.raw, config: read.raw };
       changed = true;
     }
     const summaryStamp = stampOf(summaryStat ?? null);
     if (summaryStamp !== this.stamps.summary) {
       this.stamps.summary = summaryStamp;
-      this.summaryFile = parseJson(await readFile(join(this.dir, "summary.json"), "utf8").catch(() => null), RunSummary);
+      const read = parseJson(await readFile(join(this.dir, "summary.json"), "utf8").catch(() => null), RunSummary);
+      this.summaryFile = read.parsed;
+      this.raw = { ...this.raw, summary: read.raw };
       changed = true;
     }
     if (await this.readResults(resultsStat ?? null)) changed = true;
@@ -213,16 +219,17 @@ export class RunDir {
 
   /** The shape @proctor/report works on. */
   loaded(): LoadedRun {
-    return this.cached("loaded", () => ({ dir: this.dir, runId: this.runId, config: this.config, summary: this.summary, results: this.results, skippedLines: this.skippedLines }));
+    return this.cached("loaded", () => ({ dir: this.dir, runId: this.runId, config: this.config, summary: this.summary, results: this.results, skippedLines: this.skippedLines, raw: this.raw }));
   }
 }
 
-function parseJson<T>(text: string | null, schema: { safeParse(value: unknown): { success: true; data: T } | { success: false } }): T | null {
-  if (text === null) return null;
+function parseJson<T>(text: string | null, schema: { safeParse(value: unknown): { success: true; data: T } | { success: false } }): { parsed: T | null; raw: unknown } {
+  if (text === null) return { parsed: null, raw: null };
   try {
-    const parsed = schema.safeParse(JSON.parse(text));
-    return parsed.success ? parsed.data : null;
+    const raw = JSON.parse(text) as unknown;
+    const parsed = schema.safeParse(raw);
+    return { parsed: parsed.success ? parsed.data : null, raw };
   } catch {
-    return null; // rewritten atomically, but a copy may be cut short
+    return { parsed: null, raw: null }; // rewritten atomically, but a copy may be cut short
   }
 }

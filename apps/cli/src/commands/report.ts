@@ -1,6 +1,6 @@
 import { writeFile } from "node:fs/promises";
 import { resolve } from "node:path";
-import { FORMATS, ReportError, loadRun, renderReport, withFirstFailures, type ReportFormat } from "@proctor/report";
+import { FORMATS, LEADERBOARD_FORMATS, ReportError, findRunDirs, loadRun, renderLeaderboard, renderReport, withFirstFailures, type LeaderboardFormat, type ReportFormat } from "@proctor/report";
 import { UsageError } from "../errors";
 
 export interface ReportOptions {
@@ -11,15 +11,26 @@ export interface ReportOptions {
   out?: string;
   /** Bootstrap seed, so the same runs always print the same intervals. */
   seed?: number;
+  /** The leaderboard over the runs (run dirs, or dirs holding run dirs) instead of per-run reports. */
+  leaderboard?: boolean;
 }
 
-/** `proctor report RUN... [--format F] [-o FILE]`: the run's numbers with intervals and every failed/errored trial with its reason. */
+/** `proctor report RUN... [--format F] [-o FILE]` (`--leaderboard`: one leaderboard over the runs): the run's numbers with intervals and every failed/errored trial with its reason. */
 export async function reportCommand(options: ReportOptions): Promise<number> {
   if (!FORMATS.includes(options.format)) throw new UsageError(`--format must be one of ${FORMATS.join(", ")}, got "${options.format}"`);
+  if (options.leaderboard && !(LEADERBOARD_FORMATS as readonly string[]).includes(options.format)) {
+    throw new UsageError(`--leaderboard prints --format ${LEADERBOARD_FORMATS.join(", ")}, got "${options.format}"`);
+  }
   let text: string;
   try {
-    const runs = await Promise.all(options.runDirs.map(async (dir) => withFirstFailures(await loadRun(dir))));
-    text = await renderReport(runs, options.format, { seed: options.seed });
+    if (options.leaderboard) {
+      const dirs = await findRunDirs(options.runDirs);
+      if (dirs.length === 0) throw new UsageError(`no run directories in ${options.runDirs.join(", ")}`);
+      text = renderLeaderboard(await Promise.all(dirs.map((dir) => loadRun(dir))), options.format as LeaderboardFormat);
+    } else {
+      const runs = await Promise.all(options.runDirs.map(async (dir) => withFirstFailures(await loadRun(dir))));
+      text = await renderReport(runs, options.format, { seed: options.seed });
+    }
   } catch (error) {
     if (error instanceof ReportError) throw new UsageError(error.message, { cause: error });
     throw error;
