@@ -89,6 +89,11 @@ export class DatasetCache {
     return join(this.root, "git", repo, pin.commit, path);
   }
 
+  /** The lock directory of a pin's repository and commit (held while they are fetched). */
+  lockDir(pin: Pin): string {
+    return join(this.root, "locks", `${basename(dirname(dirname(this.entryDir(pin))))}-${pin.commit}.lock`);
+  }
+
   /** The task directory's name inside an entry: the path's last part (the task id), or the repository's name for its root. */
   private leaf(pin: Pin): string {
     return pin.path === "" ? slug(basename(pin.repository).replace(/\.git$/, ""), 64) : (pin.path.split("/").at(-1) as string);
@@ -136,9 +141,8 @@ export class DatasetCache {
   /** Fetch one repository at one commit and install an entry per path, under the lock of that repository and commit. */
   private async fetchGroup(pins: Pin[], options: GitOptions, say: (line: string) => void): Promise<CacheEntry[]> {
     const { repository, commit } = pins[0] as Pin;
-    const lockDir = join(this.root, "locks", `${basename(dirname(this.entryDir(pins[0] as Pin)))}-${commit}.lock`);
     return withLock(
-      lockDir,
+      this.lockDir(pins[0] as Pin),
       async () => {
         // Another process may have fetched them while this one waited for the lock.
         const done: CacheEntry[] = [];
