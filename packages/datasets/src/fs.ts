@@ -50,18 +50,3 @@ export async function digestTree(root: string): Promise<{ digest: string; bytes:
   await walk(root, "");
   return { digest: hash.digest("hex"), bytes };
 }
-
-/** Bytes of the regular files under `dir` (0 when it does not exist). */
-export async function dirBytes(dir: string): Promise<number> {
-  let total = 0;
-  const walk = async (current: string): Promise<void> => {
-    const entries = await readdir(current, { withFileTypes: true }).catch(() => []);
-    for (const entry of entries) {
-      const abs = join(current, entry.name);
-      if (entry.isDirectory()) await walk(abs);
-      else if (entry.isFile()) total += (await lstat(abs)).size;
-    }
-  };
-  await walk(dir);
-  return total;
-}
