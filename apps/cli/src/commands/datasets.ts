@@ -94,8 +94,9 @@ async function datasets(options: DatasetsCommandOptions): Promise<number> {
     }
     out.write(`${dataset.name}@${dataset.version}: ${dataset.description || "(no description)"}\n`);
     out.write(`versions: ${r.datasets.filter((d) => d.name === dataset.name).map((d) => d.version).join(", ")}\n`);
+    const width = Math.max(0, ...dataset.tasks.map((t) => t.name.length));
     for (const [i, task] of dataset.tasks.entries()) {
-      out.write(`  ${task.name}  ${task.git_url}@${task.git_commit_id?.slice(0, 12) ?? "HEAD"}#${task.path}${perTask[i] ? "  cached" : ""}\n`);
+      out.write(`  ${task.name.padEnd(width)}  ${task.git_url}@${task.git_commit_id?.slice(0, 12) ?? "HEAD"}#${task.path}${perTask[i] ? "  cached" : ""}\n`);
     }
     out.write(`${dataset.tasks.length} tasks, ${perTask.filter(Boolean).length} cached in ${cacheDir}\n`);
     return 0;
