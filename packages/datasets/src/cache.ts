@@ -22,6 +22,8 @@ export interface CacheEntry extends Pin {
   fetchedAt: string;
   /** The directory holding the task's files (its name is the path's last part). */
   dir: string;
+  /** From ensure: whether the entry was in the cache already (false: fetched now). */
+  fromCache?: boolean;
 }
 
 /**
@@ -119,10 +121,13 @@ export class DatasetCache {
     const found = new Map<string, CacheEntry>();
     const missing = new Map<string, Pin[]>();
     const unique = [...new Map(pins.map((p) => [pinKey(p), p])).values()];
+    // Digests are checked a few entries at once: reading files overlaps with hashing them.
+    const looked = new Map<string, CacheEntry | "mismatch" | null>();
+    await pool(unique, 8, async (pin) => void looked.set(pinKey(pin), await this.lookup(pin)));
     for (const pin of unique) {
-      const entry = await this.lookup(pin);
+      const entry = looked.get(pinKey(pin)) ?? null;
       if (entry !== null && entry !== "mismatch") {
-        found.set(pinKey(pin), entry);
+        found.set(pinKey(pin), { ...entry, fromCache: true });
         continue;
       }
       if (entry === "mismatch") say(`cache: ${this.entryDir(pin)} does not match its digest: fetching it again`);
@@ -133,7 +138,7 @@ export class DatasetCache {
     await this.sweepTemp();
     await pool([...missing.values()], options.concurrency ?? 4, async (group) => {
       const entries = await this.fetchGroup(group, options, say);
-      for (const entry of entries) found.set(pinKey(entry), entry);
+      for (const entry of entries) found.set(pinKey(entry), { ...entry, fromCache: false });
     });
     return found;
   }

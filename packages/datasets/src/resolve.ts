@@ -90,18 +90,13 @@ export async function resolveSources(specs: readonly SourceSpec[], options: Reso
   }
 
   const cache = new DatasetCache(options.cacheDir);
-  const cachedBefore = new Set<string>();
-  for (const w of wanted) {
-    const hit = await cache.lookup(w.pin);
-    if (hit !== null && hit !== "mismatch") cachedBefore.add(pinKey(w.pin));
-  }
   const entries = await cache.ensure(
     wanted.map((w) => w.pin),
     { ...options, onProgress: say },
   );
   for (const spec of specs) {
     const mine = wanted.filter((w) => w.source === spec.text);
-    const cached = mine.filter((w) => cachedBefore.has(pinKey(w.pin))).length;
+    const cached = mine.filter((w) => entries.get(pinKey(w.pin))?.fromCache).length;
     say(`${spec.text}: ${mine.length} task director${mine.length === 1 ? "y" : "ies"} (${cached} from the cache, ${mine.length - cached} fetched) in ${options.cacheDir}`);
   }
   return wanted.map((w) => {
