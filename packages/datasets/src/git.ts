@@ -47,7 +47,7 @@ function why(stderr: string): string {
 }
 
 const MISSING_COMMIT = /not our ref|couldn't find remote ref|no such remote ref|unadvertised object|did not send all necessary objects|reference is not a tree|unable to read tree|invalid reference/i;
-const UNREACHABLE = /could not resolve host|unable to connect|connection refused|connection timed out|timed out|network is unreachable|does not appear to be a git repository|repository not found|could not read from remote|unable to access|no such file or directory|not found|unable to look up/i;
+const UNREACHABLE = /could not resolve host|unable to connect|connection refused|connection timed out|timed out|network is unreachable|does not appear to be a git repository|repository not found|could not read from remote|unable to access|no such file or directory|not found|unable to look up|terminal prompts disabled|authentication failed|permission denied/i;
 
 function failure(result: GitResult, repository: string, what: string): FetchError {
   const reason = why(result.stderr);
