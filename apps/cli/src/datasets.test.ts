@@ -233,6 +233,20 @@ describe("proctor datasets", () => {
   });
 });
 
+test("proctor tasks list and tasks validate take a dataset by name: v1's broken task is named, v2 is valid", async () => {
+  const [list, v1Check, v2Check] = await Promise.all([
+    run(["tasks", "list", "tiny@1.0"]),
+    run(["tasks", "validate", "tiny@1.0", "--runtime", "local"]),
+    run(["tasks", "validate", "tiny@2.0", "--runtime", "local"]),
+  ]);
+  expect(list.code, list.stderr).toBe(0);
+  expect(list.stdout).toContain(`${daemon.url("tiny")}@${v1.slice(0, 12)}#tasks/hello`);
+  expect(v1Check.code, v1Check.stderr).toBe(1);
+  expect(v1Check.stdout).toMatch(/1 of 2 task\(s\) are broken:\n  hello\n    oracle reward 0, expected 1/);
+  expect(v2Check.code, `${v2Check.stdout}${v2Check.stderr}`).toBe(0);
+  expect(v2Check.stdout).toContain("all 2 task(s) valid");
+});
+
 describe("bad input: one line naming the thing and what to do, nothing half-written in the cache", () => {
   test("unknown dataset, unknown version, registry not JSON, a bad entry, a bad --dataset", async () => {
     const bad = join(work, "bad");

@@ -206,8 +206,9 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("-i, --include <glob>", "only task ids matching (repeatable)", collect, [])
     .option("-x, --exclude <glob>", "skip task ids matching (repeatable)", collect, [])
     .option("--json", "print {tasks, errors} as JSON", false)
+    .option("--registry <file|url>", "registry for sources that name a dataset (NAME@VERSION; default $PROCTOR_REGISTRY, else Harbor's public registry)")
     .action(async (sources: string[], o) =>
-      setExitCode(await (await import("./commands/tasks-list")).tasksListCommand({ sources, include: o.include, exclude: o.exclude, json: o.json, logger })),
+      setExitCode(await (await import("./commands/tasks-list")).tasksListCommand({ sources, registry: o.registry, include: o.include, exclude: o.exclude, json: o.json, logger })),
     );
   tasks
     .command("validate")
@@ -222,9 +223,10 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--env-setup <file>", "SWE-bench rows: per-repo, per-version image_setup / install commands (see proctor run)")
     .option("--default-image <image>", "image for tasks that name none")
     .option("--keep", "keep the validation run directories", false)
+    .option("--registry <file|url>", "registry for sources that name a dataset (NAME@VERSION; default $PROCTOR_REGISTRY, else Harbor's public registry)")
     .action(async (paths: string[], o) =>
       setExitCode(
-        await (await import("./commands/validate")).validateCommand({ paths, runtime: o.runtime, concurrency: o.concurrency, include: o.include, exclude: o.exclude, reposDir: o.reposDir, image: o.image, envSetup: o.envSetup, defaultImage: o.defaultImage, keep: o.keep, logger }),
+        await (await import("./commands/validate")).validateCommand({ paths, registry: o.registry, runtime: o.runtime, concurrency: o.concurrency, include: o.include, exclude: o.exclude, reposDir: o.reposDir, image: o.image, envSetup: o.envSetup, defaultImage: o.defaultImage, keep: o.keep, logger }),
       ),
     );
 
