@@ -44,20 +44,21 @@ export interface RemoteSources {
  * are, without asking the registry.
  */
 export async function resolveRemoteSources(sources: readonly string[], options: { registry?: string; pins?: readonly TaskOrigin[]; err: NodeJS.WritableStream }): Promise<RemoteSources> {
-  const specs = sources.map((source): SourceSpec | null => (source.startsWith("git+") || !existsSync(source) ? parseSourceSpec(source) : null));
-  const remote = specs.filter((s): s is SourceSpec => s !== null);
+  let specs: (SourceSpec | null)[] = [];
   let dirs: ResolvedDir[] = [];
-  if (remote.length > 0) {
-    try {
+  try {
+    specs = sources.map((source) => (source.startsWith("git+") || !existsSync(source) ? parseSourceSpec(source) : null));
+    const remote = specs.filter((s): s is SourceSpec => s !== null);
+    if (remote.length > 0) {
       dirs = await resolveSources(remote, {
         registry: registryLocation(options.registry),
         cacheDir: defaultCacheDir(),
         ...(options.pins ? { pins: options.pins } : {}),
         onProgress: (line) => options.err.write(`${line}\n`),
       });
-    } catch (error) {
-      throw asCliError(error);
     }
+  } catch (error) {
+    throw asCliError(error);
   }
   return {
     localPaths: sources.flatMap((source, i) => (specs[i] ? dirs.filter((d) => d.source === source).map((d) => d.dir) : [resolve(source)])),

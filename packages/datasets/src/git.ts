@@ -94,7 +94,8 @@ export async function fetchCommit(repository: string, commit: string, paths: rea
   await step(["remote", "add", "origin", "--end-of-options", repository]);
   if (!paths.includes("")) {
     // Non-cone patterns anchored at the root: exactly these directories are checked out.
-    await writeFile(join(dir, ".git", "info", "sparse-checkout"), paths.map((p) => `/${p}/\n`).join(""));
+    // Pattern characters in a path stand for themselves.
+    await writeFile(join(dir, ".git", "info", "sparse-checkout"), paths.map((p) => `/${p.replace(/[*?[\\]/g, "\\$&")}/\n`).join(""));
     await step(["config", "core.sparseCheckout", "true"]);
   }
   // --filter lets a server that allows it skip the blobs of other paths; one that does not ignores it.

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { resolveSources } from "./resolve";
 import { parseSourceSpec, type SourceSpec } from "./spec";
-import { FetchError } from "./errors";
+import { FetchError, SourceSpecError } from "./errors";
 
 // resolveSources against a real repository over file:// (the CLI's tests use a git daemon).
 
@@ -58,4 +58,13 @@ test("org/name@ref the registry lacks is github.com/org/name at ref: a failure n
   expect(error).toBeInstanceOf(FetchError);
   expect((error as FetchError).repository).toBe("https://github.com/proctor-no-such-org/none.git");
   expect((error as FetchError).message).toMatch(/^could not fetch https:\/\/github\.com\/proctor-no-such-org\/none\.git \(main\): /);
+});
+
+test("a registry task whose git_url is no repository URL (ext::, an option) is refused before git runs", async () => {
+  for (const url of ["ext::sh -c touch${IFS}/tmp/x", "--upload-pack=touch /tmp/x"]) {
+    await writeFile(join(work, "evil.json"), JSON.stringify([{ name: "evil", version: "1", description: "", tasks: [{ name: "t", git_url: url, git_commit_id: first, path: "t" }] }]));
+    const error = await resolveSources([spec("evil@1")], { registry: join(work, "evil.json"), cacheDir: join(work, "cache-evil") }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(SourceSpecError);
+    expect((error as Error).message).toMatch(/^evil@1 task #1 \("t"\): /);
+  }
 });

@@ -2,7 +2,7 @@ import type { TaskOrigin } from "@proctor/schema";
 import { DatasetCache, pinKey, type Pin } from "./cache";
 import { resolveRef, type GitOptions } from "./git";
 import { findDataset, loadRegistry, type Registry, type RegistryDataset } from "./registry";
-import { checkRef, isCommitId, normalizePath, type SourceSpec } from "./spec";
+import { checkRef, checkRepository, isCommitId, normalizePath, type SourceSpec } from "./spec";
 import { DatasetError, SourceSpecError } from "./errors";
 
 /** One task directory (or directory of tasks) a source resolved to, in the cache. */
@@ -74,6 +74,7 @@ export async function resolveSources(specs: readonly SourceSpec[], options: Reso
         found.tasks.map(async (task, i) => {
           const where = `${spec.text} task #${i + 1} ("${task.name}")`;
           const path = normalizePath(task.path, where);
+          checkRepository(task.git_url, where);
           const ref = task.git_commit_id === null || /^head$/i.test(task.git_commit_id) ? null : task.git_commit_id;
           if (ref !== null) checkRef(ref, where);
           return { repository: task.git_url, commit: await commitOf(task.git_url, ref), path };

@@ -15,6 +15,7 @@ describe("parseSourceSpec", () => {
     expect(parseSourceSpec(`git+https://github.com/o/r.git@${sha}#tasks/hello/`)).toEqual({ kind: "git", text: `git+https://github.com/o/r.git@${sha}#tasks/hello/`, repository: "https://github.com/o/r.git", ref: sha, path: "tasks/hello" });
     expect(parseSourceSpec("git+ssh://git@host/r.git")).toMatchObject({ repository: "ssh://git@host/r.git", ref: null, path: "" });
     expect(parseSourceSpec(`git+file:///srv/repo@${sha}`)).toMatchObject({ repository: "file:///srv/repo", ref: sha, path: "" });
+    expect(parseSourceSpec(`git+git@github.com:org/r.git@${sha}#t`)).toMatchObject({ repository: "git@github.com:org/r.git", ref: sha, path: "t" });
   });
 
   test("a malformed git+ source is an error naming what is wrong", () => {

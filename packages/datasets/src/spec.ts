@@ -49,15 +49,21 @@ function parseGitSpec(text: string): SourceSpec {
   const at = head.lastIndexOf("@");
   const [repository, ref] = at > lastSlash ? [head.slice(0, at), head.slice(at + 1)] : [head, null];
   if (ref === "") throw new SourceSpecError(`${text}: nothing after @: write git+URL@COMMIT#PATH, or leave @ out for the repository's default branch`);
+  checkRepository(repository, text);
+  if (ref !== null) checkRef(ref, text);
+  return { kind: "git", text, repository, ref, path };
+}
+
+/** A repository URL git may fetch: http(s), git, ssh or file URLs, or scp-like `user@host:path`; never `ext::` or an option. */
+export function checkRepository(repository: string, where: string): void {
+  if (/^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s:][^\s]*$/.test(repository)) return;
   let url: URL;
   try {
     url = new URL(repository);
   } catch {
-    throw new SourceSpecError(`${text}: "${repository}" is not a URL: write git+https://host/repo@COMMIT#PATH or git+file:///abs/repo@COMMIT#PATH`);
+    throw new SourceSpecError(`${where}: "${repository}" is not a repository URL: write https://host/repo.git, git://..., ssh://..., file:///abs/repo or user@host:repo`);
   }
-  if (!URL_SCHEMES.includes(url.protocol)) throw new SourceSpecError(`${text}: git sources are fetched over ${URL_SCHEMES.map((s) => s.slice(0, -1)).join(", ")}, not ${url.protocol.slice(0, -1)}`);
-  if (ref !== null) checkRef(ref, text);
-  return { kind: "git", text, repository, ref, path };
+  if (!URL_SCHEMES.includes(url.protocol)) throw new SourceSpecError(`${where}: repositories are fetched over ${URL_SCHEMES.map((s) => s.slice(0, -1)).join(", ")}, not ${url.protocol.slice(0, -1)}`);
 }
 
 /** A ref or commit given on the command line or in a registry: no option-like or odd characters. */
