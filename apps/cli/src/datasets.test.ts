@@ -242,7 +242,7 @@ test("proctor tasks list and tasks validate take a dataset by name: v1's broken 
   expect(list.code, list.stderr).toBe(0);
   expect(list.stdout).toContain(`${daemon.url("tiny")}@${v1.slice(0, 12)}#tasks/hello`);
   expect(v1Check.code, v1Check.stderr).toBe(1);
-  expect(v1Check.stdout).toMatch(/1 of 2 task\(s\) are broken:\n  hello\n    oracle reward 0, expected 1/);
+  expect(v1Check.stdout).toMatch(/1 of 2 task\(s\) are broken:\n {2}hello\n {4}oracle reward 0, expected 1/);
   expect(v2Check.code, `${v2Check.stdout}${v2Check.stderr}`).toBe(0);
   expect(v2Check.stdout).toContain("all 2 task(s) valid");
 });
