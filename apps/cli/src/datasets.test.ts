@@ -247,6 +247,32 @@ test("proctor tasks list and tasks validate take a dataset by name: v1's broken 
   expect(v2Check.stdout).toContain("all 2 task(s) valid");
 });
 
+test("kill -9 mid-fetch leaves no half-written entry: the next pull finds whole entries or none, and finishes", async () => {
+  const cacheDir = join(work, "cache-killed");
+  const env = { TMPDIR: join(work, "tmp"), PROCTOR_CACHE_DIR: cacheDir, PROCTOR_REGISTRY: registry };
+  const child = spawnProctor(["datasets", "pull", "tiny@2.0"], env);
+  const done = finish(child);
+  // Killed as soon as a fetch is under way (its temp dir exists).
+  for (let i = 0; i < 3000 && child.exitCode === null; i++) {
+    if (existsSync(join(cacheDir, "tmp")) && readdirSync(join(cacheDir, "tmp")).length > 0) break;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  child.kill("SIGKILL");
+  await done;
+  // Every entry there is whole: its entry.json written, its files beside it.
+  const gitDir = join(cacheDir, "git");
+  for (const repo of existsSync(gitDir) ? readdirSync(gitDir) : []) {
+    for (const commit of readdirSync(join(gitDir, repo))) {
+      for (const entry of readdirSync(join(gitDir, repo, commit))) expect(readdirSync(join(gitDir, repo, commit, entry)).sort()).toEqual(["entry.json", "files"]);
+    }
+  }
+  const again = await finish(spawnProctor(["datasets", "pull", "tiny@2.0"], env));
+  expect(again.code, again.stderr).toBe(0);
+  expect(again.stderr).not.toContain("does not match its digest");
+  expect(readdirSync(join(cacheDir, "tmp"))).toEqual([]);
+  expect(readdirSync(join(cacheDir, "locks"))).toEqual([]);
+});
+
 describe("bad input: one line naming the thing and what to do, nothing half-written in the cache", () => {
   test("unknown dataset, unknown version, registry not JSON, a bad entry, a bad --dataset", async () => {
     const bad = join(work, "bad");
