@@ -44,6 +44,7 @@ const BENCHES: Bench[] = [
   { name: "installed-agent", docker: true, quick: ["--trials", "3", "--rounds", "2", "--requests", "300"], full: [] },
   { name: "file-audit", docker: true, quick: ["--rounds", "3", "--imports", "5", "--execs", "200"], full: [] },
   { name: "swe-checkout", docker: false, quick: ["--instances", "5", "--commits", "1000"], full: [] },
+  { name: "dataset-cache", docker: false, quick: ["--tasks", "40", "--rounds", "3"], full: [] },
 ];
 
 const { values } = parseArgs({

@@ -45,7 +45,7 @@ function expectOneLine(r: Finished, code: number, ...mentions: (string | RegExp)
 }
 
 describe("Harbor's flags", () => {
-  test("--n-concurrent and --n-attempts stand for -n and -k (hidden from --help); -m is --model; Harbor's --dataset gets a line naming what Proctor takes", async () => {
+  test("--n-concurrent and --n-attempts stand for -n and -k (hidden from --help); -m is --model; Harbor's --path gets a line naming what Proctor takes", async () => {
     const r = await run(["run", examples, "-i", "greeting-file", "--runtime", "local", "-o", work, "--n-concurrent", "2", "--n-attempts", "2", "--json"]);
     expect(r.code, r.stderr).toBe(0);
     expect(JSON.parse(r.stdout).trials).toMatchObject({ total: 2, passed: 2 });
@@ -62,8 +62,8 @@ describe("Harbor's flags", () => {
     const m = await run(["run", examples, "--runtime", "local", "-o", work, "--agent", "nop", "-m", "gpt-4o"]);
     expectOneLine(m, 2, /^proctor: --model goes with an agent that takes a model \(--agent llm, claude-code, codex, installed:<dir>, or a code agent's directory with --llm-proxy\); --agent nop takes no model$/);
 
-    const dataset = await run(["run", "--dataset", "terminal-bench@2.0"]);
-    expectOneLine(dataset, 2, "unknown option '--dataset' (Harbor's --dataset? Proctor takes the tasks as arguments: proctor run <task dir");
+    const path = await run(["run", "--path", "tasks"]);
+    expectOneLine(path, 2, "unknown option '--path' (Harbor's --path? Proctor takes the tasks as arguments: proctor run <task dir");
   });
 
   test("a typo'd --agent names the nearest agent and every kind there is; a file names the directory holding it; nothing is run", async () => {

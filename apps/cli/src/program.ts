@@ -33,14 +33,12 @@ const positiveNumber = (flag: string) => (value: string) => {
 
 /** Harbor's `harbor run` flags that Proctor spells otherwise (--n-concurrent and --n-attempts are taken as they are). */
 const HARBOR_FLAGS: Record<string, string> = {
-  "--dataset": "Proctor takes the tasks as arguments: proctor run <task dir | dir of tasks | archive | dataset rows .jsonl>",
-  "-d": "Proctor takes the tasks as arguments: proctor run <task dir | dir of tasks | archive | dataset rows .jsonl>",
   "--path": "Proctor takes the tasks as arguments: proctor run <task dir | dir of tasks | archive>",
   "-p": "Proctor takes the tasks as arguments: proctor run <task dir | dir of tasks | archive>",
   "--jobs-dir": "Proctor's is -o, --out DIR (where run directories go)",
 };
 
-/** Commander's "unknown option '--dataset'" for `proctor run`, with what Proctor calls a Harbor flag. */
+/** Commander's "unknown option '--path'" for `proctor run`, with what Proctor calls a Harbor flag. */
 function withHarborHint(message: string): string {
   const flag = /unknown option '([^']+)'/.exec(message)?.[1];
   const hint = flag !== undefined ? HARBOR_FLAGS[flag] : undefined;
@@ -60,7 +58,9 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
   program
     .command("run")
     .description("run an agent on tasks: a task dir, a dir of task dirs, an archive (.zip/.tar.gz), or SWE-bench rows (.jsonl/.json)")
-    .argument("[source...]", "task sources (optional with --resume)")
+    .argument("[source...]", "task sources (optional with --resume): paths, NAME@VERSION of a registry dataset, or git+URL@COMMIT#PATH")
+    .option("-d, --dataset <name@version>", "a dataset from the registry (repeatable; NAME alone: its only version)", collect, [])
+    .option("--registry <file|url>", "registry of datasets, Harbor's registry.json format (default $PROCTOR_REGISTRY, else Harbor's public registry)")
     .option("-a, --agent <agent>", "oracle | nop | llm | claude-code[@VER] | codex[@VER] | installed:<dir>[@VER] | patches:<predictions.jsonl> | image:<dir> | <agent-dir> (default: the archive's agent_code, else oracle)")
     .addOption(new Option("--runtime <runtime>", "sandbox runtime").choices(["auto", "docker", "local"]).default("auto"))
     // 4 is also DEFAULT_CONCURRENCY in limits.ts (never warned about); not imported, so the engine is not loaded here.
@@ -125,6 +125,8 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
           containerConfig: o.containerConfig,
           limits: { memoryMb: o.memoryMb, cpus: o.cpus, pidsLimit: o.pidsLimit, storageMb: o.storageMb },
           sources,
+          datasets: o.dataset,
+          registry: o.registry,
           agent: o.agent,
           runtime: o.runtime,
           concurrency,
@@ -185,6 +187,18 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--port <port>", "port to bind", (v) => Number(v), 4180)
     .action(async (paths: string[], o) => setExitCode(await (await import("./commands/view")).viewCommand({ paths, host: o.host, port: o.port, logger })));
 
+  const datasets = program.command("datasets").description("datasets by name: the registry's datasets, and what the cache holds");
+  const datasetAction = (action: "list" | "info" | "pull" | "rm") => async (...args: unknown[]) => {
+    const o = args.at(-2) as { registry?: string; json?: boolean };
+    const name = typeof args[0] === "string" ? args[0] : undefined;
+    setExitCode(await (await import("./commands/datasets")).datasetsCommand({ action, name, registry: o.registry, json: Boolean(o.json) }));
+  };
+  const registryOption = (command: Command) => command.option("--registry <file|url>", "registry in Harbor's registry.json format (default $PROCTOR_REGISTRY, else Harbor's public registry)");
+  registryOption(datasets.command("list").description("the registry's datasets: versions, task counts, what is cached and its size")).option("--json", "print as JSON", false).action(datasetAction("list"));
+  registryOption(datasets.command("info").description("a dataset's versions, or one version's tasks (repository, commit, path, cached)").argument("<name[@version]>")).option("--json", "print as JSON", false).action(datasetAction("info"));
+  registryOption(datasets.command("pull").description("fetch a dataset (or git+URL@COMMIT#PATH) into the cache, so runs of it need no network").argument("<name@version>")).action(datasetAction("pull"));
+  registryOption(datasets.command("rm").description("remove a dataset's tasks from the cache (tasks another dataset of the registry uses are kept)").argument("<name@version>")).action(datasetAction("rm"));
+
   const tasks = program.command("tasks").description("work with task directories");
   tasks
     .command("list")
@@ -193,8 +207,9 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("-i, --include <glob>", "only task ids matching (repeatable)", collect, [])
     .option("-x, --exclude <glob>", "skip task ids matching (repeatable)", collect, [])
     .option("--json", "print {tasks, errors} as JSON", false)
+    .option("--registry <file|url>", "registry for sources that name a dataset (NAME@VERSION; default $PROCTOR_REGISTRY, else Harbor's public registry)")
     .action(async (sources: string[], o) =>
-      setExitCode(await (await import("./commands/tasks-list")).tasksListCommand({ sources, include: o.include, exclude: o.exclude, json: o.json, logger })),
+      setExitCode(await (await import("./commands/tasks-list")).tasksListCommand({ sources, registry: o.registry, include: o.include, exclude: o.exclude, json: o.json, logger })),
     );
   tasks
     .command("validate")
@@ -209,9 +224,10 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--env-setup <file>", "SWE-bench rows: per-repo, per-version image_setup / install commands (see proctor run)")
     .option("--default-image <image>", "image for tasks that name none")
     .option("--keep", "keep the validation run directories", false)
+    .option("--registry <file|url>", "registry for sources that name a dataset (NAME@VERSION; default $PROCTOR_REGISTRY, else Harbor's public registry)")
     .action(async (paths: string[], o) =>
       setExitCode(
-        await (await import("./commands/validate")).validateCommand({ paths, runtime: o.runtime, concurrency: o.concurrency, include: o.include, exclude: o.exclude, reposDir: o.reposDir, image: o.image, envSetup: o.envSetup, defaultImage: o.defaultImage, keep: o.keep, logger }),
+        await (await import("./commands/validate")).validateCommand({ paths, registry: o.registry, runtime: o.runtime, concurrency: o.concurrency, include: o.include, exclude: o.exclude, reposDir: o.reposDir, image: o.image, envSetup: o.envSetup, defaultImage: o.defaultImage, keep: o.keep, logger }),
       ),
     );
 

@@ -44,6 +44,7 @@ export async function buildRunConfig(input: {
   dataset?: RunConfig["dataset"] | null;
   container?: RunConfig["container"] | null;
   selection?: RunConfig["selection"] | null;
+  origins?: RunConfig["origins"] | null;
 }): Promise<StoredRunConfig> {
   // Only the parts given: an unfiltered run's run.json carries no selection.
   const given = input.selection ?? {};
@@ -82,6 +83,7 @@ export async function buildRunConfig(input: {
     ...(input.dataset && Object.keys(input.dataset).length > 0 ? { dataset: input.dataset } : {}),
     ...(input.container && Object.keys(input.container).length > 0 ? { container: input.container } : {}),
     ...(Object.keys(selection).length > 0 ? { selection } : {}),
+    ...(input.origins && input.origins.length > 0 ? { origins: [...input.origins].sort((a, b) => (a.taskId < b.taskId ? -1 : a.taskId > b.taskId ? 1 : 0)) } : {}),
   };
   return { ...config, configHash: configHash(config) };
 }
@@ -90,9 +92,10 @@ export async function buildRunConfig(input: {
  * sha256 of the canonical JSON of the config, leaving out what may change on resume (runId,
  * concurrency) and the task selection: the tasks it picked are hashed, so a selection that picks
  * other tasks is a change, and runs stored before the selection was recorded keep their hash.
+ * The tasks' origins are left out too: the task hashes pin their content already.
  */
 export function configHash(config: RunConfig): string {
-  const { runId: _runId, concurrency: _concurrency, selection: _selection, ...rest } = config;
+  const { runId: _runId, concurrency: _concurrency, selection: _selection, origins: _origins, ...rest } = config;
   return createHash("sha256").update(stringify(rest) ?? "").digest("hex");
 }
 

@@ -52,6 +52,8 @@ export interface RunOptions {
   selection?: RunConfig["selection"];
   /** SWE-bench loader flags (--repos-dir, --image, --env-setup), recorded in run.json for a resume. */
   dataset?: RunConfig["dataset"];
+  /** Where tasks fetched from git came from (repository, commit, path, dataset), recorded in run.json (not part of the config hash). */
+  origins?: RunConfig["origins"];
   /** Abort: no new trials start, running ones are killed, done resolves with status "interrupted". */
   signal?: AbortSignal;
   logger?: Logger;
@@ -217,6 +219,7 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
     dataset: options.dataset ?? null,
     container: options.container ?? null,
     selection: options.selection ?? null,
+    origins: options.origins ?? null,
   });
 
   let finished: TrialResult[] = [];

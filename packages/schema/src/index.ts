@@ -8,6 +8,6 @@ export { ErrorKind, TrialError, TrialStatus, Phase, PhaseTiming, CheckResult, Tr
 export type { Rate, CompetitionGrading } from "./result";
 export { EventBody } from "./event";
 export type { EventType, ProctorEvent } from "./event";
-export { RunConfig, DEFAULT_TRIAL_LIMITS } from "./run";
+export { RunConfig, TaskOrigin, DEFAULT_TRIAL_LIMITS } from "./run";
 export type { Logger } from "./logger";
 export { silentLogger } from "./logger";

@@ -1,6 +1,21 @@
 import { z } from "zod";
 import { AgentSpec } from "./agent";
 
+/**
+ * Where one task of a run came from, for tasks fetched from git (a dataset by name, or a
+ * `git+URL@commit#path` source): the repository URL, the full commit id and the task's directory
+ * in it (`""` for the repository's root), plus the dataset's name and version when it was named
+ * through a registry. With the task's content hash (RunConfig `tasks[].hash`) this pins the task.
+ */
+export const TaskOrigin = z.object({
+  taskId: z.string(),
+  dataset: z.object({ name: z.string(), version: z.string() }).optional(),
+  repository: z.string(),
+  commit: z.string(),
+  path: z.string(),
+});
+export type TaskOrigin = z.infer<typeof TaskOrigin>;
+
 /** The resolved configuration of one run, stored as run.json with its hash. */
 export const RunConfig = z.object({
   runId: z.string(),
@@ -27,6 +42,12 @@ export const RunConfig = z.object({
   selection: z.object({ include: z.array(z.string()).optional(), exclude: z.array(z.string()).optional(), tasksFile: z.string().optional() }).optional(),
   /** SWE-bench loader flags the run started with (--repos-dir, --image, --env-setup; absolute paths): a resume reuses them. */
   dataset: z.object({ reposDir: z.string().optional(), imageTemplate: z.string().optional(), envSetup: z.string().optional() }).optional(),
+  /**
+   * Per task fetched from git, where it came from (TaskOrigin), sorted by task id; absent when no
+   * task was. A resume fetches these same pins (from the cache). Not in configHash: the task
+   * hashes already are, so runs made before it existed still resume.
+   */
+  origins: z.array(TaskOrigin).optional(),
   /** Resource limits the run applied (defaults and maxima); absent: none beyond the tasks' own. */
   limits: z.record(z.string(), z.unknown()).optional(),
   /** `--container-config` settings (shm, gpus, OCI runtime, privileged); absent: none. A resume reuses them. */
@@ -43,6 +64,7 @@ export const RunConfig = z.object({
     .optional(),
 });
 export type RunConfig = z.infer<typeof RunConfig>;
+
 
 /**
  * The limits a trial's sandbox gets when neither its task nor its run sets one: what the server

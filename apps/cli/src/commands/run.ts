@@ -2,7 +2,7 @@ import { readFile, stat } from "node:fs/promises";
 import { existsSync, statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
-import type { AgentSpec, Logger, ModelProxySpec, RunSummary, TaskSpec } from "@proctor/schema";
+import type { AgentSpec, Logger, ModelProxySpec, RunConfig, RunSummary, TaskSpec } from "@proctor/schema";
 import { DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL } from "@proctor/llm";
 import { lockRunDir, readRunConfig, startRun, type RunDirLock } from "@proctor/engine";
 import { loadTasks, nearestName } from "@proctor/tasks";
@@ -13,10 +13,15 @@ import { CliError, UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT, EXIT_TRIALS_F
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
 import { createProgress, renderRunSummary } from "@proctor/report";
 import { prepareSources } from "../sources";
+import { datasetSources, originsOf, resolveRemoteSources } from "../remote-sources";
 import { ensureQueue, openQueuedRun } from "./queue";
 
 export interface RunCommandOptions {
   sources: string[];
+  /** -d, --dataset NAME[@VERSION]: datasets from the registry, run beside the sources. */
+  datasets?: string[];
+  /** --registry FILE|URL: where dataset names are looked up (default $PROCTOR_REGISTRY, else Harbor's registry). */
+  registry?: string;
   agent?: string;
   runtime: string;
   concurrency: number;
@@ -397,7 +402,9 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
 
   let runId = options.runId ?? newRunId();
   let runsRoot = resolve(options.out);
-  let sources = options.sources;
+  let sources = [...options.sources, ...(await datasetSources(options.datasets ?? [], options.registry))];
+  // A resumed run's pins: its dataset and git sources are fetched at the same commits.
+  let pins: RunConfig["origins"];
   let agentArg = options.agent;
   let runtimeArg = options.runtime;
   let attempts = options.attempts;
@@ -424,6 +431,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     const previous = await readRunConfig(runDir);
     runId = previous.runId;
     runsRoot = dirname(runDir);
+    pins = previous.origins;
     if (basename(runDir) !== runId) throw new UsageError(`--resume ${options.resume}: run.json names run ${runId}, but the directory is ${basename(runDir)}`);
     // With no sources given, a resume repeats the stored run exactly; given flags must match it.
     if (sources.length === 0) {
@@ -464,7 +472,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     await (await lockRunDir(join(runsRoot, runId))).release();
     throw new UsageError(`run ${runId} already exists in ${runsRoot}; pass --resume ${join(runsRoot, runId)} to continue it, or another --run-id`);
   }
-  if (sources.length === 0) throw new UsageError("give at least one task source: proctor run <source>... (a task dir, a dir of tasks, an archive, or dataset rows)");
+  if (sources.length === 0) throw new UsageError("give at least one task source: proctor run <source>... (a task dir, a dir of tasks, an archive, dataset rows, a dataset by name such as terminal-bench@2.0, or git+URL@COMMIT#PATH)");
 
   // Everything the flags alone decide is checked before the run directory exists: a refused run leaves none.
   // (An archive's agent_code/ is the default agent, so without --agent the agent waits for the sources.)
@@ -493,7 +501,8 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   }
 
   async function runLocked(): Promise<number> {
-    const prepared = await prepareSources(sources.map((s) => resolve(s)), join(runDir, "input"), options.logger, { beforeExtract: takeLock, replace: Boolean(options.resume) });
+    const remote = await resolveRemoteSources(sources, { registry: options.registry, ...(pins ? { pins } : {}), err });
+    const prepared = await prepareSources(remote.localPaths, join(runDir, "input"), options.logger, { beforeExtract: takeLock, replace: Boolean(options.resume) });
     const loaded = await loadTasks(prepared.taskSources, {
       include,
       exclude,
@@ -572,7 +581,8 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
           ...(isolateVerifier !== undefined ? { isolateVerifier } : {}),
           ...(grading !== undefined ? { grading } : {}),
           resume: Boolean(options.resume),
-          sources: sources.map((s) => resolve(s)),
+          sources: remote.recorded,
+          origins: originsOf(tasks, remote.dirs),
           selection,
           dataset: Object.fromEntries(Object.entries(dataset).filter(([, v]) => v !== undefined)),
           signal: controller.signal,

@@ -1,14 +1,17 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { isAbsolute, join, relative, resolve } from "node:path";
+import { isAbsolute, join, relative } from "node:path";
 import type { Logger, TaskSpec } from "@proctor/schema";
 import { textTable } from "@proctor/report";
 import { loadTasks } from "@proctor/tasks";
 import { UsageError } from "../errors";
 import { prepareSources } from "../sources";
+import { originsOf, resolveRemoteSources } from "../remote-sources";
 
 export interface TasksListOptions {
   sources: string[];
+  /** --registry FILE|URL for sources that name a dataset. */
+  registry?: string;
   include: string[];
   exclude: string[];
   json: boolean;
@@ -45,9 +48,14 @@ export async function tasksListCommand(options: TasksListOptions): Promise<numbe
   if (options.sources.length === 0) throw new UsageError("give at least one task source: proctor tasks list <source>... (a task dir, a dir of tasks, or an archive)");
   const scratch = await mkdtemp(join(tmpdir(), "proctor-tasks-list-"));
   try {
-    const prepared = await prepareSources(options.sources.map((s) => resolve(s)), scratch, options.logger);
+    const remote = await resolveRemoteSources(options.sources, { registry: options.registry, err });
+    const prepared = await prepareSources(remote.localPaths, scratch, options.logger);
     const loaded = await loadTasks(prepared.taskSources, { include: options.include, exclude: options.exclude });
+    const origins = new Map(originsOf(loaded.tasks, remote.dirs).map((o) => [o.taskId, o]));
     const where = (task: TaskSpec) => {
+      // A task fetched from git: where it is pinned, not the cache's directory.
+      const origin = origins.get(task.id);
+      if (origin) return `${origin.repository}@${origin.commit.slice(0, 12)}#${origin.path}`;
       const from = prepared.extracted.find((x) => task.sourcePath === x.dir || task.sourcePath.startsWith(`${x.dir}/`));
       return from ? `${shown(from.archive)}:${relative(from.dir, task.sourcePath) || "."}` : shown(task.sourcePath);
     };

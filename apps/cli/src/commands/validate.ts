@@ -1,6 +1,6 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import type { AgentSpec, Logger, TaskSpec, TrialResult } from "@proctor/schema";
 import { DEFAULT_TRIAL_LIMITS, startRun } from "@proctor/engine";
 import { loadTasks } from "@proctor/tasks";
@@ -8,10 +8,13 @@ import { UsageError } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
 import { createProgress, readFirstFailure, validationProblems } from "@proctor/report";
 import { prepareSources } from "../sources";
+import { resolveRemoteSources } from "../remote-sources";
 
 export interface ValidateOptions {
   /** Task sources, as for `proctor run`: task dirs, archives, SWE-bench / TB2 rows. */
   paths: string[];
+  /** --registry FILE|URL for sources that name a dataset. */
+  registry?: string;
   runtime: string;
   concurrency: number;
   defaultImage?: string;
@@ -47,7 +50,8 @@ export async function validateCommand(options: ValidateOptions): Promise<number>
   let tasks: TaskSpec[] = [];
   const broken: string[] = [];
   try {
-    const prepared = await prepareSources(options.paths.map((p) => resolve(p)), join(root, "input"), options.logger);
+    const remote = await resolveRemoteSources(options.paths, { registry: options.registry, err });
+    const prepared = await prepareSources(remote.localPaths, join(root, "input"), options.logger);
     const loaded = await loadTasks(prepared.taskSources, {
       include: options.include ?? [],
       exclude: options.exclude ?? [],

@@ -1,0 +1,1 @@
+import { packageBuild } from "../../tsup.config.base"; export default packageBuild();
