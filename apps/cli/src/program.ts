@@ -105,6 +105,8 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--storage-mb <n>", `default disk limit per trial in MB, 0 = none (default ${DEFAULT_TRIAL_LIMITS.storageMb}; a task's own storage_mb wins)`, nonNegativeNumber("--storage-mb"))
     .option("--queue <url>", "run the trials on proctor workers through Redis (redis://HOST:PORT/DB); run dir and progress stay here")
     .option("--bundles-dir <dir>", "--queue: directory the workers share for task bundles (default <out>/.bundles)")
+    .option("--image-registry <host:port[/prefix]>", "share task images through this registry: pull before a build, push after one (default $PROCTOR_IMAGE_REGISTRY; docs/images.md)")
+    .option("--image-cache-gb <n>", "keep task images (proctor-build/*) under N GB, least recently used removed first (default $PROCTOR_IMAGE_CACHE_GB, else a quarter of the Docker data root's disk)", positiveNumber("--image-cache-gb"))
     .option("--json", "print summary.json on stdout", false)
     .addOption(new Option("--fail-on <what>", "exit 5 when the run finished with a trial that errored (errors) or that did not pass (failures: failed, errored or flagged); never: exit 0 whatever the rewards").choices(["errors", "failures", "never"]).default("never"))
     .configureOutput({ writeErr: (s) => process.stderr.write(s), outputError: (s, write) => write(withHarborHint(s.replace(/^error: /, "proctor: "))) })
@@ -120,6 +122,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
       setExitCode(
         await (await import("./commands/run")).runCommand({
           failOn: o.failOn,
+          images: { imageRegistry: o.imageRegistry, imageCacheGb: o.imageCacheGb },
           queue: o.queue,
           bundlesDir: o.bundlesDir,
           containerConfig: o.containerConfig,

@@ -2,7 +2,13 @@ export { DockerRuntime, DEFAULT_PIDS_LIMIT, DEFAULT_WARM_POOL, DROPPED_CAPABILIT
 export type { DockerRuntimeOptions } from "./runtime";
 export { DockerSandbox } from "./sandbox";
 export { FileAuditError } from "./file-audit";
-export { BUILD_REPOSITORY, ImageBuildLimitError } from "./image";
+export { BUILD_REPOSITORY, ImageBuildLimitError, ImageResolver } from "./image";
+export type { ImageOutcome } from "./image";
+export { ImageRegistry, ImageSettingsError, imageSettings } from "./registry";
+export { FileBuildLock } from "./build-lock";
+export type { BuildLock } from "./build-lock";
+export { DEFAULT_IMAGE_CACHE_FRACTION, ImageCache, dockerDisk, imageDataDir } from "./image-cache";
+export type { CachedImage, PruneResult } from "./image-cache";
 export { buildContextBytes, buildImageWithLimits } from "./limited-build";
 export type { ImageBuildLimits } from "./limited-build";
 export { dockerAvailable, dockerTestGate } from "./gate";

@@ -10,7 +10,7 @@ import { AgentConfigError, AgentError, BUILTIN_INSTALLED_AGENTS, readPriceTable,
 import { parseContainerConfig, type ContainerConfig } from "@proctor/sandbox-docker";
 import { concurrencyWarning, describeLimits, hostCapacity, resolveRunLimits, storedRunLimits, type LimitFlags, type ResolvedLimits } from "../limits";
 import { CliError, UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT, EXIT_TRIALS_FAILED } from "../errors";
-import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
+import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice, type ImageFlags } from "../runtime";
 import { createProgress, renderRunSummary } from "@proctor/report";
 import { prepareSources } from "../sources";
 import { ensureQueue, openQueuedRun } from "./queue";
@@ -49,6 +49,8 @@ export interface RunCommandOptions {
   queue?: string;
   /** --bundles-dir: where task bundles go for the workers (default <out>/.bundles). */
   bundlesDir?: string;
+  /** --image-registry HOST:PORT[/prefix] and --image-cache-gb N (else PROCTOR_IMAGE_REGISTRY, PROCTOR_IMAGE_CACHE_GB): docs/images.md. */
+  images?: ImageFlags;
   /** --fail-on: exit EXIT_TRIALS_FAILED when a trial errored (errors) or did not pass (failures); default never. */
   failOn?: FailOn;
   json: boolean;
@@ -518,7 +520,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       ? openQueuedRun({ url: options.queue, bundlesDir: options.bundlesDir, out: options.out, runtime: parseRuntimeChoice(runtimeArg), logger: options.logger, err })
       : null;
     try {
-      const runtime = queued?.runtime ?? (await openRuntime(parseRuntimeChoice(runtimeArg), options.logger));
+      const runtime = queued?.runtime ?? (await openRuntime(parseRuntimeChoice(runtimeArg), options.logger, options.images));
       const image = defaultImage ?? (runtime.name === "docker" ? DEFAULT_DOCKER_IMAGE : null);
       if ("kind" in agent && agent.kind === "installed" && !queued) await preinstall(agent, runtime, err, options.signal);
       // A run killed with -9 leaves its sandboxes behind; remove those of dead owners before starting.
