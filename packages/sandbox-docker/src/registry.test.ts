@@ -1,0 +1,201 @@
+import { execFileSync } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Dockerode from "dockerode";
+import type { Logger } from "@proctor/schema";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { dockerTestGate } from "./gate";
+import { ImageRegistry, imageSettings } from "./registry";
+import { DockerRuntime } from "./runtime";
+import { testContainers } from "./test-helpers";
+import { REGISTRY_BINARY, startTestRegistry, type TestRegistry } from "./test-registry";
+
+const docker = new Dockerode();
+const haveRegistry = (() => {
+  try {
+    execFileSync("sh", ["-c", `command -v ${REGISTRY_BINARY}`], { stdio: "ignore" });
+    return true;
+  } catch {
+    if (process.env.CI === "true") throw new Error(`${REGISTRY_BINARY} is missing (CI=true): tools/ci/prepare-machine.sh installs it (apt-get install docker-registry)`);
+    return false;
+  }
+})();
+const run = haveRegistry && (await dockerTestGate(docker));
+const BASE = "proctor/base:bookworm";
+
+/** A logger keeping warnings, to count them. */
+function recording(): Logger & { warnings: string[] } {
+  const warnings: string[] = [];
+  return { warnings, debug: () => undefined, info: () => undefined, error: () => undefined, warn: (message) => warnings.push(message) };
+}
+
+describe.skipIf(!run)("task images through a registry", () => {
+  let registry: TestRegistry;
+  const dirs: string[] = [];
+  const tags = new Set<string>();
+  const tracked = testContainers(docker, "registry");
+
+  beforeAll(async () => {
+    registry = await startTestRegistry();
+  }, 30_000);
+
+  afterAll(async () => {
+    await tracked.cleanup();
+    for (const tag of tags) await docker.getImage(tag).remove({ force: true }).catch(() => undefined);
+    await registry?.close();
+    await Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true })));
+  });
+
+  async function tempDir(): Promise<string> {
+    const dir = await mkdtemp(join(tmpdir(), "proctor-images-"));
+    dirs.push(dir);
+    return dir;
+  }
+
+  /** A tiny build context of its own: FROM the base image, one distinct RUN (and `bytes` of its own data). */
+  async function context(bytes = 0): Promise<string> {
+    const dir = await tempDir();
+    const data = bytes > 0 ? ` && head -c ${bytes} /dev/urandom > /blob` : "";
+    await writeFile(join(dir, "Dockerfile"), `FROM ${BASE}\nRUN echo ${randomUUID()} > /id${data}\n`);
+    return dir;
+  }
+
+  /** A runtime standing in for one host: its own image index and locks, the registry given. */
+  async function host(logger: Logger, options: { registry?: boolean; cacheBytes?: number | null; graceMs?: number } = {}): Promise<DockerRuntime> {
+    return new DockerRuntime({
+      docker,
+      logger,
+      warmPool: 0,
+      imageDataDir: await tempDir(),
+      imageRegistry: options.registry === false ? null : new ImageRegistry(registry.host),
+      imageCacheBytes: options.cacheBytes ?? null,
+      ...(options.graceMs !== undefined ? { imageInUseGraceMs: options.graceMs } : {}),
+    });
+  }
+
+  /** Resolves each context (every one `times` at once), counting the builds that started per image. */
+  async function resolveAll(runtime: DockerRuntime, contexts: string[], times = 1) {
+    const builds = new Map<string, number>();
+    const results = await Promise.all(
+      contexts.flatMap((buildContext) =>
+        Array.from({ length: times }, () =>
+          runtime.resolveImageWithOutcome({
+            image: null,
+            buildContext,
+            buildTimeoutMs: 300_000,
+            onBuild: (update) => {
+              if (update.status === "started") builds.set(update.image, (builds.get(update.image) ?? 0) + 1);
+            },
+          }),
+        ),
+      ),
+    );
+    for (const { image } of results) tags.add(image);
+    return { builds, results };
+  }
+
+  async function removeLocal(images: string[]): Promise<void> {
+    for (const image of images) await docker.getImage(image).remove({ force: true });
+  }
+
+  /** The registry's blob file of an image's top layer (the one its RUN step made). */
+  async function topLayerBlob(image: string): Promise<string> {
+    const hash = image.split("/")[1] ?? "";
+    const v2 = join(registry.storage, "docker/registry/v2");
+    const blob = (digest: string) => join(v2, "blobs/sha256", digest.slice(7, 9), digest.slice(7), "data");
+    const manifestDigest = (await readFile(join(v2, "repositories/proctor-build/_manifests/tags", hash, "current/link"), "utf8")).trim();
+    const manifest = JSON.parse(await readFile(blob(manifestDigest), "utf8")) as { layers: { digest: string }[] };
+    const top = manifest.layers.at(-1);
+    if (!top) throw new Error(`manifest of ${image} has no layers`);
+    return blob(top.digest);
+  }
+
+  it("builds each image once, pushes it, and a second host pulls instead of building; a corrupt blob is rebuilt", async () => {
+    const contexts = [await context(), await context(), await context()];
+    const first = recording();
+    const hostA = await host(first);
+    // Every image wanted by two trials at once: one build each.
+    const a = await resolveAll(hostA, contexts, 2);
+    expect([...a.builds.values()]).toEqual([1, 1, 1]);
+    // The trial waiting for another's build is told what that build did.
+    expect(a.results.map((r) => r.outcome)).toEqual(Array(6).fill("built"));
+    expect(first.warnings).toEqual([]);
+    const images = [...new Set(a.results.map((r) => r.image))];
+
+    // The second host has none of them: it pulls every one and builds nothing.
+    await removeLocal(images);
+    const second = recording();
+    const hostB = await host(second);
+    const b = await resolveAll(hostB, contexts);
+    expect(b.builds.size).toBe(0);
+    expect(b.results.map((r) => r.outcome)).toEqual(["pulled", "pulled", "pulled"]);
+    expect(second.warnings).toEqual([]);
+    // Tagged under Proctor's local name only; the registry's name is not left behind.
+    const remoteTags = (await docker.listImages({ filters: { reference: [`${registry.host}/*`] } })).flatMap((i) => i.RepoTags ?? []);
+    expect(remoteTags).toEqual([]);
+
+    // A corrupted blob in the registry: the pull fails Docker's digest check and the image is built again.
+    const [corrupt] = images as [string];
+    await removeLocal([corrupt]);
+    await writeFile(await topLayerBlob(corrupt), `not the layer ${randomUUID()}`);
+    const third = recording();
+    const c = await resolveAll(await host(third), [contexts[images.indexOf(corrupt)] as string]);
+    expect(c.results.map((r) => r.outcome)).toEqual(["built"]);
+    expect(c.builds.get(corrupt)).toBe(1);
+    expect(third.warnings).toHaveLength(1);
+    expect(third.warnings[0]).toMatch(/^pulling .* from the image registry failed \(.*\); building it here$/);
+    // The image used is the rebuilt one: it runs.
+    const container = await docker.createContainer({ Image: corrupt, Cmd: ["cat", "/id"], Labels: tracked.labels });
+    await container.start();
+    expect((await container.wait()).StatusCode).toBe(0);
+  }, 600_000);
+
+  it("keeps going when the registry stops mid-run: builds locally, warns once", async () => {
+    const logger = recording();
+    const runtime = await host(logger);
+    const [before] = (await resolveAll(runtime, [await context()])).results;
+    expect(before?.outcome).toBe("built");
+    await registry.stop();
+    try {
+      const after = await resolveAll(runtime, [await context(), await context()]);
+      expect(after.results.map((r) => r.outcome)).toEqual(["built", "built"]);
+      expect(logger.warnings).toHaveLength(1);
+      expect(logger.warnings[0]).toMatch(new RegExp(`^image registry ${registry.host} is unreachable \\(.*\\); building images on this host for the rest of this run$`));
+      expect(runtime.imageRegistry).toBeNull();
+      // Given at start, an unreachable registry is one clear line.
+      await expect(imageSettings({ registry: registry.host })).rejects.toThrow(new RegExp(`^image registry ${registry.host} does not answer at http://${registry.host}/v2/ \\(ECONNREFUSED\\): start it, or fix --image-registry / PROCTOR_IMAGE_REGISTRY$`));
+    } finally {
+      await registry.start();
+    }
+  }, 600_000);
+
+  it("keeps the images under the disk budget, least recently used first, never one in use; a dry run removes nothing", async () => {
+    const MB = 1024 * 1024;
+    const dataDir = await tempDir();
+    const builder = new DockerRuntime({ docker, warmPool: 0, imageDataDir: dataDir, imageCacheBytes: null });
+    const built: string[] = [];
+    // Used in this order: x (oldest), y, z; each adds 3 MB of its own.
+    for (let i = 0; i < 3; i++) built.push((await resolveAll(builder, [await context(3 * MB)])).results[0]?.image as string);
+    const [x, y, z] = built as [string, string, string];
+    // x is in use: a container of it exists.
+    await docker.createContainer({ Image: x, Cmd: ["true"], Labels: tracked.labels });
+    const budgeted = new DockerRuntime({ docker, warmPool: 0, imageDataDir: dataDir, imageCacheBytes: 7 * MB, imageInUseGraceMs: 0 });
+    const ours = (list: { tag: string }[]) => list.map((i) => i.tag).filter((t) => built.includes(t));
+
+    const listed = await budgeted.imageCache.list();
+    expect(ours(listed)).toEqual([x, y, z]);
+    expect(listed.find((i) => i.tag === x)?.inUse).toBe("1 container(s)");
+
+    const dry = await budgeted.imageCache.prune({ dryRun: true });
+    expect(ours(dry.removed)).toEqual([y]);
+    for (const image of built) await docker.getImage(image).inspect(); // all still there
+
+    const pruned = await budgeted.imageCache.prune();
+    expect(ours(pruned.removed)).toEqual([y]);
+    await expect(docker.getImage(y).inspect()).rejects.toMatchObject({ statusCode: 404 });
+    await docker.getImage(x).inspect();
+    await docker.getImage(z).inspect();
+  }, 600_000);
+});
