@@ -379,6 +379,33 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
       setExitCode(await (await import("./commands/verify-receipt")).verifyReceiptCommand({ receipt, runDir: o.runDir, signer: o.signer, json: o.json })),
     );
 
+  const images = program.command("images").description("task images (proctor-build/*): build them ahead of a run, list them, keep them under a disk budget (docs/images.md)");
+  images
+    .command("build")
+    .description("build (or pull from the registry) every image the tasks need, -n at once; with a registry, push each; one line per image, then a summary; exit 1 when any failed")
+    .argument("<source...>", "a task dir, a dir of task dirs, or an archive")
+    .option("-i, --include <glob>", "only task ids matching (repeatable)", collect, [])
+    .option("-x, --exclude <glob>", "skip task ids matching (repeatable)", collect, [])
+    .option("-n, --concurrency <n>", "builds at once (default: one per CPU, at most one per 2 GB of memory)", positiveInt("--concurrency"))
+    .option("--image-registry <host:port[/prefix]>", "pull from and push to this registry (default $PROCTOR_IMAGE_REGISTRY)")
+    .option("--image-cache-gb <n>", "disk budget of task images (default $PROCTOR_IMAGE_CACHE_GB, else a quarter of the Docker data root's disk)", positiveNumber("--image-cache-gb"))
+    .action(async (sources: string[], o) =>
+      setExitCode(
+        await (await import("./commands/images")).imagesBuildCommand({ sources, include: o.include, exclude: o.exclude, concurrency: o.concurrency, imageRegistry: o.imageRegistry, imageCacheGb: o.imageCacheGb, logger }),
+      ),
+    );
+  images
+    .command("ls")
+    .description("Proctor's task images, least recently used first: own size, size, last use, in use, the tasks that used them")
+    .option("--json", "print {budgetBytes, usageBytes, images} as JSON", false)
+    .action(async (o: { json: boolean }) => setExitCode(await (await import("./commands/images")).imagesLsCommand({ json: o.json, logger })));
+  images
+    .command("prune")
+    .description("remove the least recently used task images until the rest fit the budget; never one in use")
+    .option("--dry-run", "list what would be removed, and remove nothing", false)
+    .option("--image-cache-gb <n>", "the budget (default $PROCTOR_IMAGE_CACHE_GB, else a quarter of the Docker data root's disk)", positiveNumber("--image-cache-gb"))
+    .action(async (o: { dryRun: boolean; imageCacheGb?: number }) => setExitCode(await (await import("./commands/images")).imagesPruneCommand({ dryRun: o.dryRun, imageCacheGb: o.imageCacheGb, logger })));
+
   program
     .command("gc")
     .description("remove containers, sandbox roots and temp dirs left behind by dead runs")

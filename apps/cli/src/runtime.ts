@@ -23,9 +23,9 @@ export interface ImageFlags {
  * A Docker runtime's image settings from flags or the environment: the registry checked once
  * (unreachable: exit 3; a bad name or refused credentials: exit 2), the disk budget parsed (exit 2).
  */
-export async function dockerImageOptions(flags: ImageFlags = {}): Promise<Awaited<ReturnType<typeof imageSettings>>> {
+export async function dockerImageOptions(flags: ImageFlags = {}, env: NodeJS.ProcessEnv = process.env): Promise<Awaited<ReturnType<typeof imageSettings>>> {
   try {
-    return await imageSettings({ registry: flags.imageRegistry, cacheGb: flags.imageCacheGb });
+    return await imageSettings({ registry: flags.imageRegistry, cacheGb: flags.imageCacheGb }, env);
   } catch (error) {
     if (error instanceof ImageSettingsError) throw error.kind === "unreachable" ? new RuntimeMissingError(error.message, { cause: error }) : new UsageError(error.message, { cause: error });
     throw error;

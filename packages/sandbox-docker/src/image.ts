@@ -212,10 +212,15 @@ export class ImageResolver {
     return true;
   }
 
+  /** Pushes a local build to the registry (`proctor images build` for one it already had); false when it could not. */
+  share(tag: string, progress: (line: string) => void = () => undefined): Promise<boolean> {
+    return this.pushShared(tag, progress);
+  }
+
   /** Pushes a fresh build to the registry; a failure is a warning (the image is here, the run goes on). */
-  private async pushShared(tag: string, progress: (line: string) => void): Promise<void> {
+  private async pushShared(tag: string, progress: (line: string) => void): Promise<boolean> {
     const registry = this.registry;
-    if (!registry) return;
+    if (!registry) return false;
     const remote = registry.remoteRef(tag);
     const colon = remote.lastIndexOf(":");
     const [repo, remoteTag] = [remote.slice(0, colon), remote.slice(colon + 1)];
@@ -230,9 +235,11 @@ export class ImageResolver {
       });
       if (failure !== null) throw new Error(failure);
       this.logger.info("pushed image to the registry", { image: tag, to: remote });
+      return true;
     } catch (error) {
       const message = daemonMessage(error);
       if (await this.reachable(registry, message)) this.logger.warn(`pushing ${tag} to the image registry failed (${message.split("\n")[0]}); it stays on this host only`);
+      return false;
     } finally {
       await this.untag(remote);
     }

@@ -6,6 +6,8 @@ export { BUILD_REPOSITORY, ImageBuildLimitError, ImageResolver } from "./image";
 export type { ImageOutcome } from "./image";
 export { ImageRegistry, ImageSettingsError, imageSettings } from "./registry";
 export { FileBuildLock } from "./build-lock";
+export { REGISTRY_BINARY, startRegistryServer } from "./registry-server";
+export type { RegistryServer } from "./registry-server";
 export type { BuildLock } from "./build-lock";
 export { DEFAULT_IMAGE_CACHE_FRACTION, ImageCache, dockerDisk, imageDataDir } from "./image-cache";
 export type { CachedImage, PruneResult } from "./image-cache";

@@ -10,7 +10,7 @@ import { dockerTestGate } from "./gate";
 import { ImageRegistry, imageSettings } from "./registry";
 import { DockerRuntime } from "./runtime";
 import { testContainers } from "./test-helpers";
-import { REGISTRY_BINARY, startTestRegistry, type TestRegistry } from "./test-registry";
+import { REGISTRY_BINARY, startRegistryServer, type RegistryServer } from "./registry-server";
 
 const docker = new Dockerode();
 const haveRegistry = (() => {
@@ -32,13 +32,13 @@ function recording(): Logger & { warnings: string[] } {
 }
 
 describe.skipIf(!run)("task images through a registry", () => {
-  let registry: TestRegistry;
+  let registry: RegistryServer;
   const dirs: string[] = [];
   const tags = new Set<string>();
   const tracked = testContainers(docker, "registry");
 
   beforeAll(async () => {
-    registry = await startTestRegistry();
+    registry = await startRegistryServer();
   }, 30_000);
 
   afterAll(async () => {
@@ -198,4 +198,56 @@ describe.skipIf(!run)("task images through a registry", () => {
     await docker.getImage(x).inspect();
     await docker.getImage(z).inspect();
   }, 600_000);
+});
+
+describe("ImageRegistry.check", () => {
+  const dirs: string[] = [];
+  afterAll(async () => {
+    await Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true })));
+  });
+
+  /** A /v2/ endpoint wanting Basic credentials "proctor:right" (the registry's htpasswd auth, as the client sees it). */
+  async function authRegistry(): Promise<{ host: string; close: () => Promise<void> }> {
+    const { createServer } = await import("node:http");
+    const expected = `Basic ${Buffer.from("proctor:right").toString("base64")}`;
+    const server = createServer((req, res) => {
+      if (req.headers.authorization === expected) res.writeHead(200).end("{}");
+      else res.writeHead(401, { "www-authenticate": 'Basic realm="registry"' }).end();
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const address = server.address() as { port: number };
+    return { host: `127.0.0.1:${address.port}`, close: () => new Promise((resolve) => server.close(() => resolve())) };
+  }
+
+  async function dockerConfig(host: string | null, password: string): Promise<string> {
+    const dir = await mkdtemp(join(tmpdir(), "proctor-docker-config-"));
+    dirs.push(dir);
+    const auths = host ? { [host]: { auth: Buffer.from(`proctor:${password}`).toString("base64") } } : {};
+    await writeFile(join(dir, "config.json"), JSON.stringify({ auths }));
+    return dir;
+  }
+
+  it("takes Docker's credentials for the registry, and says in one line when there are none or they are refused", async () => {
+    const server = await authRegistry();
+    try {
+      await new ImageRegistry(server.host, { DOCKER_CONFIG: await dockerConfig(server.host, "right") }).check();
+      const none = await dockerConfig(null, "");
+      await expect(new ImageRegistry(server.host, { DOCKER_CONFIG: none }).check()).rejects.toMatchObject({
+        kind: "credentials",
+        message: `image registry ${server.host} wants credentials and Docker has none for it: docker login ${server.host} (stored in $DOCKER_CONFIG/config.json, default ~/.docker)`,
+      });
+      const wrong = await dockerConfig(server.host, "wrong");
+      await expect(new ImageRegistry(server.host, { DOCKER_CONFIG: wrong }).check()).rejects.toMatchObject({
+        kind: "credentials",
+        message: `image registry ${server.host} refused the credentials Docker has for user "proctor": docker login ${server.host} again (DOCKER_CONFIG: ${wrong})`,
+      });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("names a malformed registry in one line", () => {
+    expect(() => new ImageRegistry("https://registry.example.com")).toThrow('image registry "https://registry.example.com": give HOST:PORT[/prefix] without a scheme (e.g. 127.0.0.1:5000 or registry.example.com/proctor)');
+    expect(new ImageRegistry("registry.example.com:5000/team/proctor/").remoteRef("proctor-build/abc")).toBe("registry.example.com:5000/team/proctor/proctor-build:abc");
+  });
 });

@@ -257,6 +257,11 @@ export class DockerRuntime implements SandboxRuntime {
     return this.guard(() => this.images.resolveWithOutcome(request));
   }
 
+  /** Pushes a local task image to the registry (when one is configured); false when there is none or the push failed (warned). */
+  shareImage(tag: string): Promise<boolean> {
+    return this.guard(() => this.images.share(tag));
+  }
+
   /** The image registry this runtime shares builds through, or null (none, or found unreachable). */
   get imageRegistry(): ImageRegistry | null {
     return this.images.registry;

@@ -7,8 +7,11 @@ import { join } from "node:path";
 /** Debian's build of the CNCF distribution registry (apt-get install docker-registry). */
 export const REGISTRY_BINARY = "docker-registry";
 
-/** A distribution registry of its own on loopback (plain HTTP, which Docker allows there), storing blobs in `storage`. */
-export interface TestRegistry {
+/**
+ * A distribution registry of its own on loopback (plain HTTP, which Docker allows there), storing
+ * blobs in `storage`: for tests and trying out --image-registry on one machine (docs/images.md).
+ */
+export interface RegistryServer {
   /** HOST:PORT, as --image-registry takes it. */
   host: string;
   storage: string;
@@ -29,7 +32,7 @@ async function freePort(): Promise<number> {
   });
 }
 
-export async function startTestRegistry(): Promise<TestRegistry> {
+export async function startRegistryServer(): Promise<RegistryServer> {
   const dir = await mkdtemp(join(tmpdir(), "proctor-registry-"));
   const storage = join(dir, "storage");
   const port = await freePort();
