@@ -11,7 +11,7 @@ const BUILD_PREFIX = "proctor-build/";
 /** The default disk budget: this fraction of the disk holding the Docker data root. */
 export const DEFAULT_IMAGE_CACHE_FRACTION = 0.25;
 /** An image used this recently (by any process on this host) counts as in use: its trial may be about to start. */
-export const DEFAULT_IN_USE_GRACE_MS = 10 * 60_000;
+const DEFAULT_IN_USE_GRACE_MS = 10 * 60_000;
 
 /** `$PROCTOR_CACHE_DIR/images`, else `$XDG_CACHE_HOME/proctor/images`, else `~/.cache/proctor/images`: the image index and build locks. */
 export function imageDataDir(env: NodeJS.ProcessEnv = process.env): string {
@@ -209,7 +209,7 @@ export async function dockerDisk(docker: Dockerode): Promise<{ root: string; tot
 }
 
 /** The default budget: DEFAULT_IMAGE_CACHE_FRACTION of the Docker data root's disk; null where that disk is not visible from here. */
-export async function defaultImageBudgetBytes(docker: Dockerode): Promise<number | null> {
+async function defaultImageBudgetBytes(docker: Dockerode): Promise<number | null> {
   const disk = await dockerDisk(docker).catch(() => null);
   return disk ? Math.floor(disk.totalBytes * DEFAULT_IMAGE_CACHE_FRACTION) : null;
 }
