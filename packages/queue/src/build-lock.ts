@@ -54,6 +54,6 @@ export class RedisBuildLock {
 }
 
 /** A RedisBuildLock on the queue's Redis (`redis://HOST:PORT/DB`). */
-export function openBuildLock(url: string, logger: Logger): RedisBuildLock {
-  return new RedisBuildLock(connect(parseQueueUrl(url), logger, "the image build lock"));
+export function openBuildLock(url: string, logger: Logger, options: { ttlMs?: number; pollMs?: number } = {}): RedisBuildLock {
+  return new RedisBuildLock(connect(parseQueueUrl(url), logger, "the image build lock"), options);
 }
