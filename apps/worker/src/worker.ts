@@ -16,7 +16,7 @@ import {
   type WorkerStatusServer,
 } from "@proctor/queue";
 import { LocalRuntime, type SandboxRuntime } from "@proctor/sandbox";
-import { DockerRuntime, ImageSettingsError, dockerAvailable, imageSettings, type DockerRuntimeOptions } from "@proctor/sandbox-docker";
+import { DockerRuntime, ImageSettingsError, dockerAvailable, dockerDaemonId, imageSettings, type DockerRuntimeOptions } from "@proctor/sandbox-docker";
 import type { Logger } from "@proctor/schema";
 import { EXIT_INTERRUPTED, WorkerError } from "./errors";
 
@@ -170,12 +170,15 @@ async function openRuntime(choice: WorkerConfig["runtime"], logger: Logger, say:
 
 /**
  * The registry (checked once: unreachable exits 3, a bad name or refused credentials 2) and disk
- * budget; with a registry, builds take a Redis lock per image so one worker of the cluster builds it.
+ * budget. Builds take a Redis lock per image: with a registry one worker of the cluster builds it
+ * and the others pull it; without one, workers on the same Docker daemon (compose's sibling
+ * containers, which do not share a lock directory) build it once.
  */
 async function dockerImageOptions(config: WorkerConfig, logger: Logger): Promise<Partial<DockerRuntimeOptions>> {
   try {
     const settings = await imageSettings({ registry: config.imageRegistry, cacheGb: config.imageCacheGb });
-    return { ...settings, ...(settings.imageRegistry ? { buildLock: openBuildLock(config.queue, logger) } : {}) };
+    const scope = settings.imageRegistry ? undefined : `daemon-${await dockerDaemonId()}`;
+    return { ...settings, buildLock: openBuildLock(config.queue, logger, scope ? { scope } : {}) };
   } catch (error) {
     if (error instanceof ImageSettingsError) throw new WorkerError(error.message, error.kind === "unreachable" ? 3 : 2, { cause: error });
     throw error;

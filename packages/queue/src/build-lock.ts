@@ -14,10 +14,18 @@ const REFRESH = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call
  * holder never blocks a build for long. Same shape as @proctor/sandbox-docker's BuildLock.
  */
 export class RedisBuildLock {
-  constructor(private readonly redis: Redis, private readonly options: { ttlMs?: number; pollMs?: number } = {}) {}
+  private readonly prefix: string;
+
+  /**
+   * `scope`: lock per image and scope, e.g. the Docker daemon's id when there is no registry (then
+   * only workers on the same daemon can use each other's builds, and workers elsewhere need not wait).
+   */
+  constructor(private readonly redis: Redis, private readonly options: { ttlMs?: number; pollMs?: number; scope?: string } = {}) {
+    this.prefix = `${LOCK_PREFIX}${options.scope ? `${options.scope}:` : ""}`;
+  }
 
   async acquire(key: string, signal?: AbortSignal): Promise<() => Promise<void>> {
-    const name = `${LOCK_PREFIX}${key}`;
+    const name = `${this.prefix}${key}`;
     const token = randomBytes(12).toString("hex");
     const ttlMs = this.options.ttlMs ?? 30_000;
     for (;;) {
@@ -41,9 +49,10 @@ export class RedisBuildLock {
     const keys: string[] = [];
     let cursor = "0";
     do {
-      const [next, batch] = await this.redis.scan(cursor, "MATCH", `${LOCK_PREFIX}*`, "COUNT", 200);
+      const [next, batch] = await this.redis.scan(cursor, "MATCH", `${this.prefix}*`, "COUNT", 200);
       cursor = next;
-      keys.push(...batch.map((k) => k.slice(LOCK_PREFIX.length)));
+      // Unscoped: every scope's builds, by their image keys.
+      keys.push(...batch.map((k) => k.slice(LOCK_PREFIX.length).replace(/^.*:/, "")));
     } while (cursor !== "0");
     return keys;
   }
@@ -54,6 +63,6 @@ export class RedisBuildLock {
 }
 
 /** A RedisBuildLock on the queue's Redis (`redis://HOST:PORT/DB`). */
-export function openBuildLock(url: string, logger: Logger, options: { ttlMs?: number; pollMs?: number } = {}): RedisBuildLock {
+export function openBuildLock(url: string, logger: Logger, options: { ttlMs?: number; pollMs?: number; scope?: string } = {}): RedisBuildLock {
   return new RedisBuildLock(connect(parseQueueUrl(url), logger, "the image build lock"), options);
 }

@@ -13,7 +13,7 @@ export { DEFAULT_IMAGE_CACHE_FRACTION, ImageCache, dockerDisk, imageDataDir } fr
 export type { CachedImage, PruneResult } from "./image-cache";
 export { buildContextBytes, buildImageWithLimits } from "./limited-build";
 export type { ImageBuildLimits } from "./limited-build";
-export { dockerAvailable, dockerTestGate } from "./gate";
+export { dockerAvailable, dockerDaemonId, dockerTestGate } from "./gate";
 export { EXEC_MARKER } from "./kill-tree";
 export { CHANNEL_TEMP_PREFIX } from "./channel";
 export { currentOwnerLabel, parseOwner } from "./owner";
