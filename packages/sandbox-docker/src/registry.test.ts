@@ -152,6 +152,16 @@ describe.skipIf(!run)("task images through a registry", () => {
     expect((await container.wait()).StatusCode).toBe(0);
   }, 600_000);
 
+  it("two processes on one host needing the same image wait for one build (the file lock)", async () => {
+    const shared = await tempDir();
+    // Two runtimes stand in for two processes: each has its own in-process dedup, the lock dir is shared.
+    const [one, two] = [0, 1].map(() => new DockerRuntime({ docker, warmPool: 0, imageDataDir: shared, imageCacheBytes: null })) as [DockerRuntime, DockerRuntime];
+    const dir = await context();
+    const [a, b] = await Promise.all([resolveAll(one, [dir]), resolveAll(two, [dir])]);
+    expect([...a.builds.values(), ...b.builds.values()]).toEqual([1]);
+    expect([a.results[0]?.outcome, b.results[0]?.outcome].sort()).toEqual(["built", "reused"]);
+  }, 300_000);
+
   it("keeps going when the registry stops mid-run: builds locally, warns once", async () => {
     const logger = recording();
     const runtime = await host(logger);
