@@ -7,7 +7,7 @@ import type { BuildLock } from "./build-lock";
 import { daemonMessage, statusCode } from "./docker-errors";
 
 /** Repository of images built from task contexts (the tag is the context's content hash). Also in image.ts. */
-const BUILD_PREFIX = "proctor-build/";
+const BUILD_REPOSITORY = "proctor-build";
 /** The default disk budget: this fraction of the disk holding the Docker data root. */
 export const DEFAULT_IMAGE_CACHE_FRACTION = 0.25;
 /** An image used this recently (by any process on this host) counts as in use: its trial may be about to start. */
@@ -99,6 +99,8 @@ export interface ImageCacheOptions {
   pending?: () => Iterable<string>;
   inUseGraceMs?: number;
   logger?: Logger;
+  /** The repository whose images this cache keeps; default proctor-build (another keeps a test's images apart). */
+  repository?: string;
 }
 
 export interface PruneResult {
@@ -128,13 +130,14 @@ export class ImageCache {
     const held = new Set((await this.options.lock?.held?.().catch(() => [])) ?? []);
     const pending = new Set(this.options.pending?.() ?? []);
     const images: CachedImage[] = [];
+    const prefix = `${this.options.repository ?? BUILD_REPOSITORY}/`;
     for (const image of df.Images ?? []) {
       for (const repoTag of image.RepoTags ?? []) {
-        if (!repoTag.startsWith(BUILD_PREFIX)) continue;
+        if (!repoTag.startsWith(prefix)) continue;
         const tag = repoTag.replace(/:latest$/, "");
         const use = index[tag];
         const lastUsedAt = use ? new Date(use.lastUsedAt) : null;
-        const hash = tag.slice(BUILD_PREFIX.length);
+        const hash = tag.slice(prefix.length);
         const inUse =
           image.Containers > 0 ? `${image.Containers} container(s)` :
           pending.has(tag) || held.has(hash) ? "a build or pull of it is pending" :
@@ -162,6 +165,14 @@ export class ImageCache {
     return this.options.budgetBytes === "default" ? ((await this.defaultBudget) ?? null) : this.options.budgetBytes;
   }
 
+  private async taggedRecently(tag: string): Promise<boolean> {
+    const grace = this.options.inUseGraceMs ?? DEFAULT_IN_USE_GRACE_MS;
+    if (grace <= 0) return false;
+    const info = (await this.docker.getImage(tag).inspect().catch(() => null)) as { Metadata?: { LastTagTime?: string } } | null;
+    const tagged = Date.parse(info?.Metadata?.LastTagTime ?? "");
+    return Number.isFinite(tagged) && Date.now() - tagged < grace;
+  }
+
   private async evict(dryRun: boolean): Promise<PruneResult> {
     const images = await this.list();
     let usageBytes = images.reduce((sum, image) => sum + image.bytes, 0);
@@ -171,6 +182,9 @@ export class ImageCache {
     for (const image of images) {
       if (usageBytes <= budget) break;
       if (image.inUse !== null) continue;
+      // Built or pulled here within the grace period (by a process whose index this is not, e.g.
+      // another worker container on this daemon): its trial may be about to start.
+      if (await this.taggedRecently(image.tag)) continue;
       if (!dryRun) {
         try {
           await this.docker.getImage(image.tag).remove();

@@ -8,6 +8,7 @@ import type { Logger } from "@proctor/schema";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dockerTestGate } from "./gate";
 import { ImageRegistry, imageSettings } from "./registry";
+import { ImageCache, ImageIndex } from "./image-cache";
 import { DockerRuntime } from "./runtime";
 import { testContainers } from "./test-helpers";
 import { REGISTRY_BINARY, startRegistryServer, type RegistryServer } from "./registry-server";
@@ -183,27 +184,37 @@ describe.skipIf(!run)("task images through a registry", () => {
 
   it("keeps the images under the disk budget, least recently used first, never one in use; a dry run removes nothing", async () => {
     const MB = 1024 * 1024;
-    const dataDir = await tempDir();
-    const builder = new DockerRuntime({ docker, warmPool: 0, imageDataDir: dataDir, imageCacheBytes: null });
+    const builder = new DockerRuntime({ docker, warmPool: 0, imageDataDir: await tempDir(), imageCacheBytes: null });
+    // A repository of this test's own, so the budget never touches other tests' (or anyone's) images on this daemon.
+    const repository = `proctor-budget-test-${process.pid}`;
+    const index = new ImageIndex(join(await tempDir(), "index.json"));
     const built: string[] = [];
     // Used in this order: x (oldest), y, z; each adds 3 MB of its own.
-    for (let i = 0; i < 3; i++) built.push((await resolveAll(builder, [await context(3 * MB)])).results[0]?.image as string);
+    for (let i = 0; i < 3; i++) {
+      const [image] = (await resolveAll(builder, [await context(3 * MB)])).results;
+      const tag = `${repository}/${i}`;
+      await docker.getImage(image?.image as string).tag({ repo: tag, tag: "latest" });
+      tags.add(tag);
+      await index.touch(tag, `task-${i}`);
+      built.push(tag);
+    }
     const [x, y, z] = built as [string, string, string];
     // x is in use: a container of it exists.
     await docker.createContainer({ Image: x, Cmd: ["true"], Labels: tracked.labels });
-    const budgeted = new DockerRuntime({ docker, warmPool: 0, imageDataDir: dataDir, imageCacheBytes: 7 * MB, imageInUseGraceMs: 0 });
-    const ours = (list: { tag: string }[]) => list.map((i) => i.tag).filter((t) => built.includes(t));
+    const cache = new ImageCache(docker, { index, budgetBytes: 7 * MB, inUseGraceMs: 0, repository });
 
-    const listed = await budgeted.imageCache.list();
-    expect(ours(listed)).toEqual([x, y, z]);
+    const listed = await cache.list();
+    expect(listed.map((i) => i.tag)).toEqual([x, y, z]);
+    expect(listed.map((i) => i.tasks)).toEqual([["task-0"], ["task-1"], ["task-2"]]);
     expect(listed.find((i) => i.tag === x)?.inUse).toBe("1 container(s)");
 
-    const dry = await budgeted.imageCache.prune({ dryRun: true });
-    expect(ours(dry.removed)).toEqual([y]);
+    const dry = await cache.prune({ dryRun: true });
+    expect(dry.removed.map((i) => i.tag)).toEqual([y]);
     for (const image of built) await docker.getImage(image).inspect(); // all still there
 
-    const pruned = await budgeted.imageCache.prune();
-    expect(ours(pruned.removed)).toEqual([y]);
+    const pruned = await cache.prune();
+    expect(pruned.removed.map((i) => i.tag)).toEqual([y]);
+    expect(pruned.overBudget).toBe(false);
     await expect(docker.getImage(y).inspect()).rejects.toMatchObject({ statusCode: 404 });
     await docker.getImage(x).inspect();
     await docker.getImage(z).inspect();
