@@ -178,8 +178,9 @@ export class ImageResolver {
     });
     this.resolvedAt.set(tag, Date.now());
     await this.sharing.index?.touch(tag, request.taskId).catch((error: unknown) => this.logger.debug("could not record an image's use", { image: tag, error: String(error) }));
+    // New bytes on disk: evict over the budget in the background (the trial does not wait for it).
     if (resolved.outcome !== "reused" && this.sharing.cache) {
-      await this.sharing.cache.prune().catch((error: unknown) => this.logger.warn("keeping task images under the disk budget failed", { error: daemonMessage(error) }));
+      void this.sharing.cache.prune().catch((error: unknown) => this.logger.warn("keeping task images under the disk budget failed", { error: daemonMessage(error) }));
     }
     return resolved;
   }
