@@ -39,10 +39,10 @@ describe.skipIf(!run)("proctor images and --image-registry", () => {
   }, 30_000);
 
   afterAll(async () => {
-    for (const tag of tags) if (present(tag)) removeImage(tag);
     await registry?.close();
+    for (const tag of tags) if (present(tag)) removeImage(tag);
     await rm(root, { recursive: true, force: true });
-  });
+  }, 120_000);
 
   test("images build pushes each image once; a run on a host without them pulls them and builds nothing; ls names their tasks; prune --dry-run removes nothing", async () => {
     const tasks = join(root, "tasks");

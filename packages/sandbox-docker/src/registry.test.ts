@@ -43,11 +43,11 @@ describe.skipIf(!run)("task images through a registry", () => {
   }, 30_000);
 
   afterAll(async () => {
+    await registry?.close();
     await tracked.cleanup();
     for (const tag of tags) await docker.getImage(tag).remove({ force: true }).catch(() => undefined);
-    await registry?.close();
     await Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true })));
-  });
+  }, 120_000);
 
   async function tempDir(): Promise<string> {
     const dir = await mkdtemp(join(tmpdir(), "proctor-images-"));
