@@ -6,9 +6,10 @@ cd "$(dirname "$0")/../.."
 
 # Info-ZIP (archive round trips), git (repo workspaces), debootstrap (base images), Chromium
 # (viewer tests), redis-server (queue tests start their own), docker-compose (deploy/compose.yaml's
-# test, unless Docker's compose plugin is there).
+# test, unless Docker's compose plugin is there), docker-registry (the image registry tests start
+# their own on loopback).
 missing=()
-for tool in zip unzip git debootstrap chromium redis-server; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
+for tool in zip unzip git debootstrap chromium redis-server docker-registry; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
 if ! command -v docker-compose >/dev/null 2>&1 && ! docker compose version >/dev/null 2>&1; then missing+=(docker-compose); fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -105,6 +105,8 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--storage-mb <n>", `default disk limit per trial in MB, 0 = none (default ${DEFAULT_TRIAL_LIMITS.storageMb}; a task's own storage_mb wins)`, nonNegativeNumber("--storage-mb"))
     .option("--queue <url>", "run the trials on proctor workers through Redis (redis://HOST:PORT/DB); run dir and progress stay here")
     .option("--bundles-dir <dir>", "--queue: directory the workers share for task bundles (default <out>/.bundles)")
+    .option("--image-registry <host:port[/prefix]>", "share task images through this registry: pull before a build, push after one (default $PROCTOR_IMAGE_REGISTRY; docs/images.md)")
+    .option("--image-cache-gb <n>", "keep task images (proctor-build/*) under N GB, least recently used removed first (default $PROCTOR_IMAGE_CACHE_GB, else a quarter of the Docker data root's disk)", positiveNumber("--image-cache-gb"))
     .option("--json", "print summary.json on stdout", false)
     .addOption(new Option("--fail-on <what>", "exit 5 when the run finished with a trial that errored (errors) or that did not pass (failures: failed, errored or flagged); never: exit 0 whatever the rewards").choices(["errors", "failures", "never"]).default("never"))
     .configureOutput({ writeErr: (s) => process.stderr.write(s), outputError: (s, write) => write(withHarborHint(s.replace(/^error: /, "proctor: "))) })
@@ -120,6 +122,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
       setExitCode(
         await (await import("./commands/run")).runCommand({
           failOn: o.failOn,
+          images: { imageRegistry: o.imageRegistry, imageCacheGb: o.imageCacheGb },
           queue: o.queue,
           bundlesDir: o.bundlesDir,
           containerConfig: o.containerConfig,
@@ -392,6 +395,33 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .action(async (receipt: string, o) =>
       setExitCode(await (await import("./commands/verify-receipt")).verifyReceiptCommand({ receipt, runDir: o.runDir, signer: o.signer, json: o.json })),
     );
+
+  const images = program.command("images").description("task images (proctor-build/*): build them ahead of a run, list them, keep them under a disk budget (docs/images.md)");
+  images
+    .command("build")
+    .description("build (or pull from the registry) every image the tasks need, -n at once; with a registry, push each; one line per image, then a summary; exit 1 when any failed")
+    .argument("<source...>", "a task dir, a dir of task dirs, or an archive")
+    .option("-i, --include <glob>", "only task ids matching (repeatable)", collect, [])
+    .option("-x, --exclude <glob>", "skip task ids matching (repeatable)", collect, [])
+    .option("-n, --concurrency <n>", "builds at once (default: one per CPU, at most one per 2 GB of memory)", positiveInt("--concurrency"))
+    .option("--image-registry <host:port[/prefix]>", "pull from and push to this registry (default $PROCTOR_IMAGE_REGISTRY)")
+    .option("--image-cache-gb <n>", "disk budget of task images (default $PROCTOR_IMAGE_CACHE_GB, else a quarter of the Docker data root's disk)", positiveNumber("--image-cache-gb"))
+    .action(async (sources: string[], o) =>
+      setExitCode(
+        await (await import("./commands/images")).imagesBuildCommand({ sources, include: o.include, exclude: o.exclude, concurrency: o.concurrency, imageRegistry: o.imageRegistry, imageCacheGb: o.imageCacheGb, logger }),
+      ),
+    );
+  images
+    .command("ls")
+    .description("Proctor's task images, least recently used first: own size, size, last use, in use, the tasks that used them")
+    .option("--json", "print {budgetBytes, usageBytes, images} as JSON", false)
+    .action(async (o: { json: boolean }) => setExitCode(await (await import("./commands/images")).imagesLsCommand({ json: o.json, logger })));
+  images
+    .command("prune")
+    .description("remove the least recently used task images until the rest fit the budget; never one in use")
+    .option("--dry-run", "list what would be removed, and remove nothing", false)
+    .option("--image-cache-gb <n>", "the budget (default $PROCTOR_IMAGE_CACHE_GB, else a quarter of the Docker data root's disk)", positiveNumber("--image-cache-gb"))
+    .action(async (o: { dryRun: boolean; imageCacheGb?: number }) => setExitCode(await (await import("./commands/images")).imagesPruneCommand({ dryRun: o.dryRun, imageCacheGb: o.imageCacheGb, logger })));
 
   program
     .command("gc")

@@ -42,6 +42,8 @@ export function workerCommand(setExitCode: (code: number) => void, name = "proct
     .addOption(new Option("--cpus <n>", "CPUs a trial gets when neither its task nor its run sets any").env("PROCTOR_WORKER_CPUS").argParser(positive("--cpus")))
     .addOption(new Option("--pids-limit <n>", "processes a trial may have when its run sets no limit").env("PROCTOR_WORKER_PIDS_LIMIT").argParser(whole("--pids-limit", 1)))
     .addOption(new Option("--lock-ms <ms>", "a trial whose worker stops renewing its lock this long runs again elsewhere").env("PROCTOR_WORKER_LOCK_MS").argParser(whole("--lock-ms", 1000)).default(30_000))
+    .addOption(new Option("--image-registry <host:port[/prefix]>", "share task images through this registry: pull before a build, push after one; one build per image across workers").env("PROCTOR_IMAGE_REGISTRY"))
+    .addOption(new Option("--image-cache-gb <n>", "keep task images under N GB, least recently used removed first (default: a quarter of the Docker data root's disk)").env("PROCTOR_IMAGE_CACHE_GB").argParser((v) => (v.trim() === "" ? undefined : positive("--image-cache-gb")(v))))
     .addOption(new Option("--heartbeat-ms <ms>", "heartbeat interval; a worker is gone after three missed beats").env("PROCTOR_WORKER_HEARTBEAT_MS").argParser(whole("--heartbeat-ms", 100)).default(5000))
     .action(async (o: Record<string, unknown>) => {
       let code: number;
@@ -80,5 +82,7 @@ function configFrom(o: Record<string, unknown>): WorkerConfig {
     defaultLimits: limits,
     lockMs: o.lockMs as number,
     heartbeatMs: o.heartbeatMs as number,
+    ...(typeof o.imageRegistry === "string" && o.imageRegistry !== "" ? { imageRegistry: o.imageRegistry } : {}),
+    ...(o.imageCacheGb !== undefined ? { imageCacheGb: o.imageCacheGb as number } : {}),
   };
 }

@@ -2,6 +2,7 @@ import { hostname, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import {
   checkQueueReachable,
+  openBuildLock,
   parseQueueUrl,
   QueueUnreachableError,
   QueueUrlError,
@@ -15,7 +16,7 @@ import {
   type WorkerStatusServer,
 } from "@proctor/queue";
 import { LocalRuntime, type SandboxRuntime } from "@proctor/sandbox";
-import { DockerRuntime, dockerAvailable } from "@proctor/sandbox-docker";
+import { DockerRuntime, ImageSettingsError, dockerAvailable, dockerDaemonId, imageSettings, type DockerRuntimeOptions } from "@proctor/sandbox-docker";
 import type { Logger } from "@proctor/schema";
 import { EXIT_INTERRUPTED, WorkerError } from "./errors";
 
@@ -36,6 +37,10 @@ export interface WorkerConfig {
   defaultLimits?: TrialLimitDefaults;
   lockMs?: number;
   heartbeatMs?: number;
+  /** Registry task images are shared through (HOST:PORT[/prefix]); builds then take a Redis lock per image. */
+  imageRegistry?: string;
+  /** Disk budget of task images in GB; default a quarter of the Docker data root's disk. */
+  imageCacheGb?: number;
 }
 
 export interface RunWorkerOptions {
@@ -73,7 +78,7 @@ export async function runWorker(config: WorkerConfig, options: RunWorkerOptions 
     throw error;
   }
   const logger = lineLogger(say, Boolean(process.env.PROCTOR_DEBUG));
-  const runtime = await openRuntime(config.runtime, logger, say);
+  const runtime = await openRuntime(config.runtime, logger, say, () => dockerImageOptions(config, logger));
   const name = config.name ?? `${hostname()}-${process.pid}`;
   const metrics = new WorkerMetrics(name);
   metrics.capacity.set(config.concurrency);
@@ -150,9 +155,9 @@ export async function runWorker(config: WorkerConfig, options: RunWorkerOptions 
 }
 
 /** auto: Docker when a daemon answers, else the local runtime (said, never silently). */
-async function openRuntime(choice: WorkerConfig["runtime"], logger: Logger, say: (line: string) => void): Promise<SandboxRuntime> {
+async function openRuntime(choice: WorkerConfig["runtime"], logger: Logger, say: (line: string) => void, images: () => Promise<Partial<DockerRuntimeOptions>>): Promise<SandboxRuntime> {
   if (choice === "local") return new LocalRuntime({ logger });
-  if (await dockerAvailable()) return new DockerRuntime({ logger });
+  if (await dockerAvailable()) return new DockerRuntime({ logger, ...(await images()) });
   if (choice === "docker") {
     throw new WorkerError(
       "--runtime docker: no Docker engine answers on DOCKER_HOST or /var/run/docker.sock. Start one, mount the host's socket into this container (-v /var/run/docker.sock:/var/run/docker.sock), or use --runtime local.",
@@ -161,6 +166,23 @@ async function openRuntime(choice: WorkerConfig["runtime"], logger: Logger, say:
   }
   say("runtime: no Docker engine answers; using the local runtime (host processes)");
   return new LocalRuntime({ logger });
+}
+
+/**
+ * The registry (checked once: unreachable exits 3, a bad name or refused credentials 2) and disk
+ * budget. Builds take a Redis lock per image: with a registry one worker of the cluster builds it
+ * and the others pull it; without one, workers on the same Docker daemon (compose's sibling
+ * containers, which do not share a lock directory) build it once.
+ */
+async function dockerImageOptions(config: WorkerConfig, logger: Logger): Promise<Partial<DockerRuntimeOptions>> {
+  try {
+    const settings = await imageSettings({ registry: config.imageRegistry, cacheGb: config.imageCacheGb });
+    const scope = settings.imageRegistry ? undefined : `daemon-${await dockerDaemonId()}`;
+    return { ...settings, buildLock: openBuildLock(config.queue, logger, scope ? { scope } : {}) };
+  } catch (error) {
+    if (error instanceof ImageSettingsError) throw new WorkerError(error.message, error.kind === "unreachable" ? 3 : 2, { cause: error });
+    throw error;
+  }
 }
 
 /** Warnings and errors always; info and debug with PROCTOR_DEBUG. */

@@ -18,3 +18,4 @@ export type { RedisServerHandle, RedisServerOptions } from "./redis-server";
 export { WorkerMetrics, trialLogLine } from "./worker-metrics";
 export { startWorkerStatusServer } from "./worker-status";
 export type { WorkerState, WorkerStatusServer } from "./worker-status";
+export { RedisBuildLock, openBuildLock } from "./build-lock";

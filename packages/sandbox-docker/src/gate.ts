@@ -17,6 +17,12 @@ export async function dockerAvailable(docker: Dockerode = new Dockerode(), timeo
   }
 }
 
+/** The daemon's id (`docker info` ID): workers on the same daemon share its images. */
+export async function dockerDaemonId(docker: Dockerode = new Dockerode()): Promise<string> {
+  const info = (await docker.info()) as { ID?: string; Name?: string };
+  return (info.ID || info.Name || "docker").replace(/[^A-Za-z0-9]/g, "");
+}
+
 let noticeShown = false;
 
 /**

@@ -4,8 +4,11 @@ import type Dockerode from "dockerode";
 import { packDirectory } from "@proctor/archive";
 import { ImageError, type ImageBuildUpdate, type ImageRequest } from "@proctor/sandbox";
 import type { Logger } from "@proctor/schema";
+import type { BuildLock } from "./build-lock";
 import { hashContext } from "./context-hash";
 import { daemonMessage, statusCode } from "./docker-errors";
+import type { ImageCache, ImageIndex } from "./image-cache";
+import { isRegistryMiss, type ImageRegistry } from "./registry";
 
 /** Repository of images built from task contexts; the tag is the context's content hash. */
 export const BUILD_REPOSITORY = "proctor-build";
@@ -24,24 +27,68 @@ interface ProgressEvent {
   aux?: unknown;
 }
 
+/** How a build context's image came to be here: found locally, pulled from the registry, or built. */
+export type ImageOutcome = "reused" | "pulled" | "built";
+
+/** How task images are shared and kept: a registry, a build lock, the use index and the disk budget. */
+export interface ImageSharing {
+  /** Looked in before a build, pushed to after one; null: none. */
+  registry?: ImageRegistry | null;
+  /** One build per image across processes (a file lock) or hosts (Redis); default: in-process only. */
+  lock?: BuildLock;
+  /** Where each proctor-build image's last use and tasks are recorded. */
+  index?: ImageIndex;
+  /** Evicts least recently used images after a build or pull puts the cache over its budget. */
+  cache?: ImageCache | null;
+}
+
+/** An image not handed to a sandbox this long after it was resolved no longer counts as pending. */
+const PENDING_MS = 10 * 60_000;
+
 /**
  * Resolves an ImageRequest to a local image: present -> use it; missing -> pull; pull impossible
  * and a build context given -> build it, tagged `proctor-build/<sha256 of the context>` so the
- * same context is built once. Concurrent requests for the same pull or build share one promise.
+ * same context is built once. Concurrent requests for the same pull or build share one promise;
+ * with a lock, requests in other processes (or hosts) wait for one build; with a registry, a
+ * build is pulled from it when there and pushed to it after it was built.
  */
 export class ImageResolver {
-  private readonly inflight = new Map<string, Promise<string>>();
+  private readonly inflight = new Map<string, Promise<{ image: string; outcome: ImageOutcome }>>();
+  /** Build tags resolved by this process and not yet started in a sandbox, with when. */
+  private readonly resolvedAt = new Map<string, number>();
+  private registryDown = false;
 
-  constructor(private readonly docker: Dockerode, private readonly logger: Logger) {}
+  constructor(private readonly docker: Dockerode, private readonly logger: Logger, private readonly sharing: ImageSharing = {}) {}
+
+  /** The registry in use, or null (none configured, or found unreachable during this run). */
+  get registry(): ImageRegistry | null {
+    return this.registryDown ? null : (this.sharing.registry ?? null);
+  }
+
+  /** Tags of builds running or resolved and not yet in a sandbox (the disk budget keeps them). */
+  *pending(): Iterable<string> {
+    for (const key of this.inflight.keys()) if (key.startsWith("build:")) yield key.slice("build:".length);
+    const now = Date.now();
+    for (const [tag, at] of this.resolvedAt) if (now - at < PENDING_MS) yield tag;
+  }
+
+  /** A sandbox of `image` exists now (its container keeps it from eviction). */
+  started(image: string): void {
+    this.resolvedAt.delete(image);
+  }
 
   async resolve(request: ImageRequest): Promise<string> {
+    return (await this.resolveWithOutcome(request)).image;
+  }
+
+  async resolveWithOutcome(request: ImageRequest): Promise<{ image: string; outcome: ImageOutcome }> {
     const progress = request.onProgress ?? (() => undefined);
     let pullFailure: string | null = null;
     if (request.image) {
       const image = request.image;
-      if (await this.present(image)) return image;
+      if (await this.present(image)) return { image, outcome: "reused" };
       try {
-        return await this.once(`pull:${image}`, () => this.pull(image, request.signal, progress));
+        return await this.once(`pull:${image}`, async () => ({ image: await this.pull(image, request.signal, progress), outcome: "pulled" as const }));
       } catch (error) {
         if (request.signal?.aborted) throw new ImageError(`Pulling image "${image}" was cancelled.`, image, { cause: error });
         pullFailure = daemonMessage(error);
@@ -75,7 +122,7 @@ export class ImageResolver {
     }
   }
 
-  private once(key: string, start: () => Promise<string>): Promise<string> {
+  private once(key: string, start: () => Promise<{ image: string; outcome: ImageOutcome }>): Promise<{ image: string; outcome: ImageOutcome }> {
     const running = this.inflight.get(key);
     if (running) return running;
     const promise = start().finally(() => this.inflight.delete(key));
@@ -83,10 +130,10 @@ export class ImageResolver {
     return promise;
   }
 
-  private async pull(image: string, signal: AbortSignal | undefined, progress: (line: string) => void): Promise<string> {
+  private async pull(image: string, signal: AbortSignal | undefined, progress: (line: string) => void, authconfig?: Dockerode.AuthConfig): Promise<string> {
     this.logger.info("pulling image", { image });
     progress(`pulling ${image}`);
-    const stream = (await this.docker.pull(image, { abortSignal: signal })) as NodeJS.ReadableStream;
+    const stream = (await this.docker.pull(image, { abortSignal: signal, ...(authconfig ? { authconfig } : {}) })) as NodeJS.ReadableStream;
     let failure: string | null = null;
     await readProgress(stream, (event) => {
       if (event.error) failure = event.errorDetail?.message ?? event.error;
@@ -97,23 +144,130 @@ export class ImageResolver {
     return image;
   }
 
-  private async build(context: string, request: ImageRequest, progress: (line: string) => void): Promise<string> {
+  /** The tag a build context's image gets: `proctor-build/<sha256 of the context and build args>`. */
+  static async buildTag(context: string, buildArgs?: Record<string, string>): Promise<string> {
+    return `${BUILD_REPOSITORY}/${await hashContext(context, buildArgs)}`;
+  }
+
+  private async build(context: string, request: ImageRequest, progress: (line: string) => void): Promise<{ image: string; outcome: ImageOutcome }> {
     try {
       await access(join(context, "Dockerfile"));
     } catch (error) {
       throw new ImageError(`Build context ${context} has no Dockerfile at its root: add one, or name a pullable image in task.toml.`, request.image, { cause: error });
     }
-    const tag = `${BUILD_REPOSITORY}/${await hashContext(context, request.buildArgs)}`;
-    return this.once(`build:${tag}`, async () => {
+    const tag = await ImageResolver.buildTag(context, request.buildArgs);
+    const resolved = await this.once(`build:${tag}`, async () => {
       if (await this.present(tag)) {
         progress(`using cached build ${tag}`);
-        return tag;
+        return { image: tag, outcome: "reused" as const };
       }
-      return this.runBuild(context, tag, request, progress);
+      // Another process (or host) building the same image: wait for it, then use (or pull) what it made.
+      const release = await this.sharing.lock?.acquire(tag.slice(BUILD_REPOSITORY.length + 1), request.signal);
+      try {
+        if (await this.present(tag)) {
+          progress(`using ${tag}, built meanwhile by another process`);
+          return { image: tag, outcome: "reused" as const };
+        }
+        if (await this.pullShared(tag, request, progress)) return { image: tag, outcome: "pulled" as const };
+        await this.runBuild(context, tag, request, progress);
+        await this.pushShared(tag, progress);
+        return { image: tag, outcome: "built" as const };
+      } finally {
+        await release?.();
+      }
     });
+    this.resolvedAt.set(tag, Date.now());
+    await this.sharing.index?.touch(tag, request.taskId).catch((error: unknown) => this.logger.debug("could not record an image's use", { image: tag, error: String(error) }));
+    // New bytes on disk: evict over the budget in the background (the trial does not wait for it).
+    if (resolved.outcome !== "reused" && this.sharing.cache) {
+      void this.sharing.cache.prune().catch((error: unknown) => this.logger.warn("keeping task images under the disk budget failed", { error: daemonMessage(error) }));
+    }
+    return resolved;
   }
 
-  private async runBuild(context: string, tag: string, request: ImageRequest, progress: (line: string) => void): Promise<string> {
+  /** Pulls `tag` from the registry and tags it locally; false on a miss or any failure (then it is built). */
+  private async pullShared(tag: string, request: ImageRequest, progress: (line: string) => void): Promise<boolean> {
+    const registry = this.registry;
+    if (!registry) return false;
+    const remote = registry.remoteRef(tag);
+    const auth = await registry.auth();
+    try {
+      await this.pull(remote, request.signal, progress, auth ?? undefined);
+    } catch (error) {
+      if (request.signal?.aborted) throw new ImageError(`Pulling image "${remote}" was cancelled.`, remote, { cause: error });
+      const message = daemonMessage(error);
+      if (isRegistryMiss(message)) {
+        progress(`${remote} is not in the registry yet; building it`);
+      } else if (!(await this.reachable(registry, message))) {
+        // said once by reachable()
+      } else {
+        // A corrupt or missing blob fails the pull (Docker checks every layer's digest): build it instead.
+        this.logger.warn(`pulling ${remote} from the image registry failed (${message.split("\n")[0]}); building it here`);
+      }
+      return false;
+    }
+    await this.docker.getImage(remote).tag({ repo: tag, tag: "latest" });
+    await this.untag(remote);
+    this.logger.info("pulled image from the registry", { image: tag, from: remote });
+    progress(`pulled ${tag} from ${registry.host}`);
+    return true;
+  }
+
+  /** Pushes a local build to the registry (`proctor images build` for one it already had); false when it could not. */
+  share(tag: string, progress: (line: string) => void = () => undefined): Promise<boolean> {
+    return this.pushShared(tag, progress);
+  }
+
+  /** Pushes a fresh build to the registry; a failure is a warning (the image is here, the run goes on). */
+  private async pushShared(tag: string, progress: (line: string) => void): Promise<boolean> {
+    const registry = this.registry;
+    if (!registry) return false;
+    const remote = registry.remoteRef(tag);
+    const colon = remote.lastIndexOf(":");
+    const [repo, remoteTag] = [remote.slice(0, colon), remote.slice(colon + 1)];
+    const auth = await registry.auth();
+    progress(`pushing ${tag} to ${registry.host}`);
+    try {
+      await this.docker.getImage(tag).tag({ repo, tag: remoteTag });
+      const stream = (await this.docker.getImage(repo).push({ tag: remoteTag, ...(auth ? { authconfig: auth } : {}) })) as NodeJS.ReadableStream;
+      let failure: string | null = null;
+      await readProgress(stream, (event) => {
+        if (event.error) failure = event.errorDetail?.message ?? event.error;
+      });
+      if (failure !== null) throw new Error(failure);
+      this.logger.info("pushed image to the registry", { image: tag, to: remote });
+      return true;
+    } catch (error) {
+      const message = daemonMessage(error);
+      if (await this.reachable(registry, message)) this.logger.warn(`pushing ${tag} to the image registry failed (${message.split("\n")[0]}); it stays on this host only`);
+      return false;
+    } finally {
+      await this.untag(remote);
+    }
+  }
+
+  /** Whether the registry still answers; the first time it does not, says so once and stops using it. */
+  private async reachable(registry: ImageRegistry, failure: string): Promise<boolean> {
+    const answer = await registry.check().then(
+      () => null,
+      (error: unknown) => (error instanceof Error ? error.message : String(error)),
+    );
+    if (answer === null) return true;
+    if (!this.registryDown) {
+      this.registryDown = true;
+      this.logger.warn(`image registry ${registry.host} is unreachable (${failure.split("\n")[0]}); building images on this host for the rest of this run`);
+    }
+    return false;
+  }
+
+  private async untag(ref: string): Promise<void> {
+    await this.docker
+      .getImage(ref)
+      .remove({ noprune: true })
+      .catch((error: unknown) => this.logger.debug("could not remove a registry tag", { image: ref, error: daemonMessage(error) }));
+  }
+
+  private async runBuild(context: string, tag: string, request: ImageRequest, progress: (line: string) => void): Promise<void> {
     this.logger.info("building image", { context, tag });
     progress(`building ${tag} from ${context}`);
     const onBuild = (update: ImageBuildUpdate) => {
@@ -192,7 +346,6 @@ export class ImageResolver {
     }
     this.logger.info("built image", { context, tag });
     onBuild({ status: "finished", image: tag, ok: true, durationMs: Date.now() - startedAt });
-    return tag;
   }
 }
 

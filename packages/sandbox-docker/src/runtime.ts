@@ -22,7 +22,10 @@ import {
 } from "@proctor/sandbox";
 import { silentLogger, type Logger } from "@proctor/schema";
 import { daemonMessage, isConnectionError, statusCode } from "./docker-errors";
-import { ImageResolver } from "./image";
+import { ImageResolver, type ImageOutcome } from "./image";
+import { FileBuildLock, type BuildLock } from "./build-lock";
+import { ImageCache, ImageIndex, imageDataDir, type ImageCacheOptions } from "./image-cache";
+import type { ImageRegistry } from "./registry";
 import { currentOwnerLabel, ownerIsGone, parseOwner } from "./owner";
 import { WarmPool } from "./pool";
 import { DockerSandbox } from "./sandbox";
@@ -80,6 +83,20 @@ export interface DockerRuntimeOptions {
    * the daemon's own containers, only paths under that container's bind mounts and volumes.
    */
   daemonPaths?: DaemonPaths;
+  /**
+   * Where task images are shared: looked in before a build (pull on a hit), pushed to after one.
+   * Check it first (ImageRegistry.check); one that stops answering mid-run is left alone with one
+   * warning and images are built here. Default: none.
+   */
+  imageRegistry?: ImageRegistry | null;
+  /** Makes concurrent builds of one image wait for one: default a file lock per image under imageDataDir (one host); Redis for a cluster. */
+  buildLock?: BuildLock;
+  /** Disk budget of proctor-build images in bytes, null for none; default ("default") a quarter of the Docker data root's disk. */
+  imageCacheBytes?: number | null | "default";
+  /** The image index (last use, tasks) and file build locks; default imageDataDir(). */
+  imageDataDir?: string;
+  /** An image used this recently by any process here is not evicted; default 10 minutes. */
+  imageInUseGraceMs?: number;
 }
 
 const XATTR_CHOICES: readonly XattrChoice[] = ["auto", "native", "getfattr", "none"];
@@ -176,6 +193,8 @@ export class DockerRuntime implements SandboxRuntime {
   readonly ownerId: string;
   private readonly logger: Logger;
   private readonly images: ImageResolver;
+  /** Proctor's task images under their disk budget (`proctor images ls / prune`). */
+  readonly imageCache: ImageCache;
   private initSupported: Promise<boolean> | undefined;
   /** Removals still running after their sandbox's kill() resolved. */
   private readonly removals = new Set<Promise<void>>();
@@ -195,7 +214,19 @@ export class DockerRuntime implements SandboxRuntime {
     this.execChannel = options.execChannel ?? process.env.PROCTOR_EXEC_CHANNEL !== "0";
     this.channelStartTimeoutMs = options.channelStartTimeoutMs;
     if (options.daemonPaths) this.daemonPathsFound = Promise.resolve(options.daemonPaths);
-    this.images = new ImageResolver(this.docker, this.logger);
+    const dataDir = options.imageDataDir ?? imageDataDir();
+    const lock = options.buildLock ?? new FileBuildLock(join(dataDir, "locks"));
+    const index = new ImageIndex(join(dataDir, "index.json"));
+    const cacheOptions: ImageCacheOptions = {
+      index,
+      budgetBytes: options.imageCacheBytes === undefined ? "default" : options.imageCacheBytes,
+      lock,
+      pending: () => this.images.pending(),
+      logger: this.logger,
+      ...(options.imageInUseGraceMs !== undefined ? { inUseGraceMs: options.imageInUseGraceMs } : {}),
+    };
+    this.imageCache = new ImageCache(this.docker, cacheOptions);
+    this.images = new ImageResolver(this.docker, this.logger, { registry: options.imageRegistry ?? null, lock, index, cache: cacheOptions.budgetBytes === null ? null : this.imageCache });
     this.fastPath = new ChangesFastPath(options.overlayXattrs ?? xattrChoiceFromEnv(), this.logger);
     this.pool = new WarmPool<DockerSandbox>({
       max: options.warmPool ?? DEFAULT_WARM_POOL,
@@ -219,6 +250,21 @@ export class DockerRuntime implements SandboxRuntime {
 
   resolveImage(request: ImageRequest): Promise<string> {
     return this.guard(() => this.images.resolve(request));
+  }
+
+  /** resolveImage, saying how the image came to be here: reused (already here), pulled, or built. */
+  resolveImageWithOutcome(request: ImageRequest): Promise<{ image: string; outcome: ImageOutcome }> {
+    return this.guard(() => this.images.resolveWithOutcome(request));
+  }
+
+  /** Pushes a local task image to the registry (when one is configured); false when there is none or the push failed (warned). */
+  shareImage(tag: string): Promise<boolean> {
+    return this.guard(() => this.images.share(tag));
+  }
+
+  /** The image registry this runtime shares builds through, or null (none, or found unreachable). */
+  get imageRegistry(): ImageRegistry | null {
+    return this.images.registry;
   }
 
   async create(options: SandboxCreateOptions): Promise<Sandbox> {
@@ -470,6 +516,7 @@ export class DockerRuntime implements SandboxRuntime {
       await channel?.close();
       throw startFailure(`Creating a container from "${spec.image}" failed: ${daemonMessage(error)}`, error);
     }
+    this.images.started(spec.image);
     const removed = (removal: Promise<void>) => {
       this.networkFiles.delete(container.id);
       this.trackRemoval(afterRemoval ? removal.finally(afterRemoval) : removal);

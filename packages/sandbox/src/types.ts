@@ -292,6 +292,8 @@ export interface ImageRequest {
    * then `finished`. Requests that wait on a build another request started are not told.
    */
   onBuild?: (update: ImageBuildUpdate) => void;
+  /** The task the image is for, recorded with the image's last use (`proctor images ls`). */
+  taskId?: string;
   /** Docker build args (`ARG` values); part of the build's cache key. */
   buildArgs?: Record<string, string>;
   /** false: the build's RUN steps get no network (untrusted Dockerfiles); default: the daemon's default network. */

@@ -3,7 +3,7 @@ import { constants } from "node:fs";
 import { access, stat } from "node:fs/promises";
 import { homedir } from "node:os";
 import { delimiter, join, relative, resolve } from "node:path";
-import { dockerHostReport, type DockerHostReport } from "@proctor/sandbox-docker";
+import { DockerRuntime, dockerHostReport, type DockerHostReport } from "@proctor/sandbox-docker";
 import { defaultCacheDir } from "@proctor/tasks";
 import { DEFAULT_DOCKER_IMAGE } from "../runtime";
 
@@ -42,6 +42,7 @@ async function diagnose(runsRoot: string): Promise<Finding[]> {
   const findings: Finding[] = [node()];
   const docker = await dockerHostReport({ images: [DEFAULT_DOCKER_IMAGE, BUSYBOX_IMAGE] });
   findings.push(...dockerFindings(docker));
+  if (!("error" in docker.engine)) findings.push(await taskImages());
   findings.push(await redis(), await chromium());
   findings.push(await directory("runs root", runsRoot, "where proctor run writes (-o)"));
   findings.push(await directory("cache: task files", defaultCacheDir(), "imported tasks' files by content hash"));
@@ -92,6 +93,25 @@ function dockerFindings(report: DockerHostReport): Finding[] {
       : { status: "note", what: "log copy fast path", found: "overlay redirect_dir or metacopy is on (or unknown) here: /logs come through the daemon's archive API (~70 ms more per trial)", fix: "none needed; the overlay module's defaults give the fast path" },
   );
   return findings;
+}
+
+/** What task images (proctor-build/*) take against their budget, and what the Docker data root's disk has free. */
+async function taskImages(): Promise<Finding> {
+  const what = "task images";
+  try {
+    const { formatBytes, imagesDiskReport } = await import("./images");
+    const budgetGb = Number(process.env.PROCTOR_IMAGE_CACHE_GB);
+    const runtime = new DockerRuntime({ warmPool: 0, imageCacheBytes: Number.isFinite(budgetGb) && budgetGb > 0 ? Math.floor(budgetGb * 1024 ** 3) : "default" });
+    const report = await imagesDiskReport(runtime);
+    const budget = report.budgetBytes === null ? "no budget (the data root's disk is not visible here)" : `budget ${formatBytes(report.budgetBytes)}${process.env.PROCTOR_IMAGE_CACHE_GB ? " (PROCTOR_IMAGE_CACHE_GB)" : ""}`;
+    const disk = report.disk ? `; ${formatBytes(report.disk.freeBytes)} free of ${formatBytes(report.disk.totalBytes)} on ${report.disk.root}` : "";
+    const found = `${report.count} image(s), ${formatBytes(report.usageBytes)} of their own, ${budget}${disk}`;
+    if (report.budgetBytes !== null && report.usageBytes > report.budgetBytes) return { status: "note", what, found, fix: "proctor images prune (least recently used first; images in use stay)" };
+    if (report.disk && report.disk.freeBytes < report.disk.totalBytes * 0.1) return { status: "note", what, found, fix: "free space on the Docker data root: proctor images prune --image-cache-gb N, docker system prune" };
+    return { status: "ok", what, found };
+  } catch (error) {
+    return { status: "note", what, found: `could not be listed (${error instanceof Error ? error.message : String(error)})`, fix: "check that the Docker engine answers: docker system df" };
+  }
 }
 
 /** Whether `changes()` reads overlay layers on this host, and if not, what it costs and what fixes it. */

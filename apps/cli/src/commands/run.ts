@@ -10,7 +10,7 @@ import { AgentConfigError, AgentError, BUILTIN_INSTALLED_AGENTS, readPriceTable,
 import { parseContainerConfig, type ContainerConfig } from "@proctor/sandbox-docker";
 import { concurrencyWarning, describeLimits, hostCapacity, resolveRunLimits, storedRunLimits, type LimitFlags, type ResolvedLimits } from "../limits";
 import { CliError, UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT, EXIT_TRIALS_FAILED } from "../errors";
-import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
+import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice, type ImageFlags } from "../runtime";
 import { createProgress, renderRunSummary } from "@proctor/report";
 import { prepareSources } from "../sources";
 import { datasetSources, originsOf, resolveRemoteSources } from "../remote-sources";
@@ -54,6 +54,8 @@ export interface RunCommandOptions {
   queue?: string;
   /** --bundles-dir: where task bundles go for the workers (default <out>/.bundles). */
   bundlesDir?: string;
+  /** --image-registry HOST:PORT[/prefix] and --image-cache-gb N (else PROCTOR_IMAGE_REGISTRY, PROCTOR_IMAGE_CACHE_GB): docs/images.md. */
+  images?: ImageFlags;
   /** --fail-on: exit EXIT_TRIALS_FAILED when a trial errored (errors) or did not pass (failures); default never. */
   failOn?: FailOn;
   json: boolean;
@@ -527,7 +529,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       ? openQueuedRun({ url: options.queue, bundlesDir: options.bundlesDir, out: options.out, runtime: parseRuntimeChoice(runtimeArg), logger: options.logger, err })
       : null;
     try {
-      const runtime = queued?.runtime ?? (await openRuntime(parseRuntimeChoice(runtimeArg), options.logger));
+      const runtime = queued?.runtime ?? (await openRuntime(parseRuntimeChoice(runtimeArg), options.logger, options.images));
       const image = defaultImage ?? (runtime.name === "docker" ? DEFAULT_DOCKER_IMAGE : null);
       if (runtime.name === "local") {
         const unbuilt = tasks.filter((t) => t.environment.buildContext !== null && t.environment.dockerImage === null);

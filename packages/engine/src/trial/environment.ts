@@ -25,6 +25,7 @@ export async function startSandbox(attempt: Attempt, lifetimeMs: number, onPendi
         buildContext,
         ...(agentImage ? { buildArgs: agentImage.buildArgs } : {}),
         buildTimeoutMs: budgets.buildMs,
+        taskId: task.id,
         signal: imageSignal,
         onProgress: (line) => env.logger.debug(line, { trialId }),
         onBuild: (update) => {
