@@ -44,6 +44,8 @@ export async function buildRunConfig(input: {
   dataset?: RunConfig["dataset"] | null;
   container?: RunConfig["container"] | null;
   selection?: RunConfig["selection"] | null;
+  /** The agent directory's hash as recorded elsewhere (a regrade records its run's); default: hashed now. */
+  agentHash?: string | null;
 }): Promise<StoredRunConfig> {
   // Only the parts given: an unfiltered run's run.json carries no selection.
   const given = input.selection ?? {};
@@ -69,7 +71,7 @@ export async function buildRunConfig(input: {
     tasks,
     sources: [...input.sources],
     agent: input.agent,
-    agentHash: input.agent.kind === "code" || input.agent.kind === "image" ? await hashDirectory(input.agent.dir) : null,
+    agentHash: input.agentHash !== undefined ? input.agentHash : input.agent.kind === "code" || input.agent.kind === "image" ? await hashDirectory(input.agent.dir) : null,
     runtime: input.runtime,
     attempts: input.attempts,
     concurrency: input.concurrency,
@@ -92,7 +94,8 @@ export async function buildRunConfig(input: {
  * other tasks is a change, and runs stored before the selection was recorded keep their hash.
  */
 export function configHash(config: RunConfig): string {
-  const { runId: _runId, concurrency: _concurrency, selection: _selection, ...rest } = config;
+  // Pins and regradeOf record what ran, they do not choose it.
+  const { runId: _runId, concurrency: _concurrency, selection: _selection, pins: _pins, regradeOf: _regradeOf, ...rest } = config;
   return createHash("sha256").update(stringify(rest) ?? "").digest("hex");
 }
 

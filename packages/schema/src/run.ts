@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { AgentSpec } from "./agent";
+import { Pins, TaskOrigin } from "./pins";
 
 /** The resolved configuration of one run, stored as run.json with its hash. */
 export const RunConfig = z.object({
@@ -41,6 +42,12 @@ export const RunConfig = z.object({
       privileged: z.boolean().optional(),
     })
     .optional(),
+  /** Where tasks fetched by dataset name or from git came from (absent: local sources). */
+  origins: z.array(TaskOrigin).optional(),
+  /** What the run was pinned to when it started (image ids come with the trials: see summary.json). Not in configHash. */
+  pins: Pins.optional(),
+  /** `proctor regrade`: the run whose kept agent outputs this run graded again. Not in configHash. */
+  regradeOf: z.string().optional(),
 });
 export type RunConfig = z.infer<typeof RunConfig>;
 
