@@ -1,6 +1,7 @@
 export { startRun } from "./run";
 export type { RunOptions, RunHandle, DispatchContext, TrialDispatch, RegradeSource } from "./run";
 export { planRegrade } from "./regrade";
+export { retrySelector, RETRY_KINDS } from "./retry-select";
 export type { RegradePlan } from "./regrade";
 export { startPins, withTrialPins, ENGINE_VERSION } from "./pins";
 export { OUTPUTS_FILE } from "./grading";

@@ -13,6 +13,8 @@ export interface RegradePlan {
   config: StoredRunConfig;
   /** For startRun's `regrade`: the trials whose outputs were kept. */
   source: RegradeSource;
+  /** The tasks of the trials in `source.trials`, sorted. */
+  taskIds: string[];
   /** Trials that cannot be graded again, each with why (no outputs kept, over the cap, file gone). */
   missing: { trialId: string; taskId: string; why: string }[];
 }
@@ -53,8 +55,10 @@ export async function planRegrade(runDir: string): Promise<RegradePlan> {
     () => null,
   ).catch(() => null);
   const pins = summary?.success ? summary.data.pins : config.pins;
+  const taskIds = [...new Set([...latest.values()].filter((r) => trials.has(r.trialId)).map((r) => r.taskId))].sort();
   return {
     config,
+    taskIds,
     missing,
     source: { runId: config.runId, agent: config.agent, agentHash: config.agentHash, ...(pins ? { pins: { agent: pins.agent, model: pins.model } } : {}), trials },
   };

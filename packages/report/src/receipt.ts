@@ -5,6 +5,7 @@ import { isAbsolute, join, relative, resolve, sep } from "node:path";
 import { decodeAddress, verifyMessage } from "@proctor/auth";
 import { writeJsonAtomic } from "@proctor/events";
 import { z } from "zod";
+import { Pins, RunConfig, RunSummary } from "@proctor/schema";
 import { ReceiptError, ReceiptFormatError } from "./errors";
 
 /**
@@ -55,6 +56,12 @@ const ReceiptBodySchema = z.strictObject({
   /** Task id -> the task's directory in the run dir and its tree digest. */
   tasks: z.record(z.string().min(1), Bundle),
   agent_code: Bundle.nullable(),
+  /**
+   * What the run was pinned to (Proctor, agent and version, model, each task's content digest,
+   * image id and origin), as its summary.json records them; absent in receipts of runs made
+   * before pins.
+   */
+  pins: Pins.optional(),
 });
 const ReceiptSchema = ReceiptBodySchema.extend({
   signature: z.string().regex(/^0x[0-9a-f]{128}$/, "expected 0x followed by 128 lowercase hex digits (an sr25519 signature)"),
@@ -181,8 +188,23 @@ export async function buildReceipt(options: BuildReceiptOptions): Promise<Receip
     tasks,
     agent_code: options.agentDir === null ? null : await bundle(options.agentDir),
   };
+  const pins = await runPins(runDir);
+  if (pins) body.pins = pins;
   const signature = options.signer.sign(receiptMessage(body));
   return { ...body, signature: `0x${Buffer.from(signature).toString("hex")}` };
+}
+
+/** The pins a run directory records: summary.json's (with the images the trials used), else run.json's; null when neither has any. */
+async function runPins(runDir: string): Promise<Pins | null> {
+  const read = async <T>(name: string, schema: z.ZodType<T>): Promise<T | null> => {
+    try {
+      const parsed = schema.safeParse(JSON.parse(await readFile(join(runDir, name), "utf8")));
+      return parsed.success ? parsed.data : null;
+    } catch {
+      return null;
+    }
+  };
+  return (await read("summary.json", RunSummary))?.pins ?? (await read("run.json", RunConfig))?.pins ?? null;
 }
 
 /** A signed receipt's file in a batch (run) directory. */
