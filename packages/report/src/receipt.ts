@@ -5,7 +5,7 @@ import { isAbsolute, join, relative, resolve, sep } from "node:path";
 import { decodeAddress, verifyMessage } from "@proctor/auth";
 import { writeJsonAtomic } from "@proctor/events";
 import { z } from "zod";
-import { Pins, RunConfig, RunSummary } from "@proctor/schema";
+import { Pins } from "@proctor/schema";
 import { ReceiptError, ReceiptFormatError } from "./errors";
 
 /**
@@ -196,15 +196,15 @@ export async function buildReceipt(options: BuildReceiptOptions): Promise<Receip
 
 /** The pins a run directory records: summary.json's (with the images the trials used), else run.json's; null when neither has any. */
 async function runPins(runDir: string): Promise<Pins | null> {
-  const read = async <T>(name: string, schema: z.ZodType<T>): Promise<T | null> => {
+  const read = async (name: string): Promise<Pins | null> => {
     try {
-      const parsed = schema.safeParse(JSON.parse(await readFile(join(runDir, name), "utf8")));
+      const parsed = Pins.safeParse((JSON.parse(await readFile(join(runDir, name), "utf8")) as { pins?: unknown } | null)?.pins);
       return parsed.success ? parsed.data : null;
     } catch {
       return null;
     }
   };
-  return (await read("summary.json", RunSummary))?.pins ?? (await read("run.json", RunConfig))?.pins ?? null;
+  return (await read("summary.json")) ?? (await read("run.json"));
 }
 
 /** A signed receipt's file in a batch (run) directory. */
@@ -400,6 +400,11 @@ export function renderReceiptVerification(receipt: Receipt, result: ReceiptVerif
     `signer     ${receipt.server} ${result.signerPinned ? "(pinned with --signer)" : "(NOT pinned: any key's valid signature is accepted; pass --signer SS58 to require the server's key)"}`,
     `signature  ${result.signatureValid ? "valid" : "INVALID"}`,
   ];
+  const pins = receipt.pins;
+  if (pins) {
+    const images = new Set(Object.values(pins.tasks).map((t) => t.imageId).filter((id) => id !== null));
+    lines.push(`pins       Proctor ${pins.proctor}, agent ${pins.agent.name}${pins.agent.version ? ` ${pins.agent.version}` : ""}${pins.agent.hash ? ` (files ${pins.agent.hash.slice(0, 12)})` : ""}${pins.model ? `, model ${pins.model}` : ""}, ${Object.keys(pins.tasks).length} task digest(s), ${images.size} image id(s)`);
+  }
   const total = Object.keys(receipt.files).length + Object.keys(receipt.tasks).length + (receipt.agent_code === null ? 0 : 1);
   if (result.runDir === null) lines.push("files      not checked (pass --run-dir DIR to compare the hashes with the batch's files)");
   else lines.push(`files      ${result.matched.length}/${total} hashes match in ${result.runDir} (results.jsonl, summary.json, ${Object.keys(receipt.tasks).length} task(s), agent code)`);
