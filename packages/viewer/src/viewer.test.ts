@@ -271,7 +271,7 @@ describe.skipIf(!haveChromium)("a run of 10,000 trials with a 1 MB log", () => {
     await mkdir(dir, { recursive: true });
     const ids = Array.from({ length: N }, (_, i) => `task-${String(i).padStart(5, "0")}`);
     const results = ids.map((id, i) => trial(id, statusOf(i), { category: `cat-${i % 7}`, durationMs: 1000 + i, ...(statusOf(i) === "error" ? { error: { kind: "agent" as const, message: `agent crashed on ${id}` } } : {}) }));
-    await writeFile(join(dir, "run.json"), JSON.stringify({ runId, tasks: ids.map((id) => ({ id, hash: "h" })), sources: [tasksDir], agent: { kind: "oracle" }, agentHash: null, runtime: "local", attempts: 1, concurrency: 1, timeoutMultiplier: 1, defaultImage: null, configHash: "x", pins: pinsOf(runId, taskIds) }));
+    await writeFile(join(dir, "run.json"), JSON.stringify({ runId, tasks: ids.map((id) => ({ id, hash: "h" })), sources: [tasksDir], agent: { kind: "oracle" }, agentHash: null, runtime: "local", attempts: 1, concurrency: 1, timeoutMultiplier: 1, defaultImage: null, configHash: "x" }));
     await writeFile(join(dir, "results.jsonl"), results.map((r) => `${JSON.stringify(r)}\n`).join(""));
     await writeSummary(dir, runId, N, results, "completed", "2025-03-03T10:00:00.000Z");
     const t = join(dir, "trials", "task-00042__1", "agent");

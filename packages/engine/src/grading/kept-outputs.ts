@@ -55,6 +55,9 @@ export async function keepOutputs(captured: CapturedOutputs, paths: readonly str
 /** Where a regrade unpacks kept outputs in the sandbox before moving them into place. */
 const RESTORE_DIR = "/tmp/.proctor-restore";
 
+/** `path` (absolute) relative to the sandbox's root, for a script run with cwd "/" (which every runtime maps). */
+const fromRoot = (path: string) => `./${path.replace(/^\/+/, "")}`;
+
 /**
  * `proctor regrade`: puts kept outputs back into a fresh sandbox of the task (after its
  * workspace), as the agent left them: a repository's tree replaces the workdir (but .git), each
@@ -68,15 +71,16 @@ export async function restoreOutputs(attempt: SandboxAttempt, archive: string, o
     throwIfAborted(signal);
     if (result.exitCode !== 0) throw new Error(`${what} in the sandbox failed (exit ${result.exitCode}): ${tail(result.stderr)}`);
   };
-  await run("making the restore directory", 'rm -rf -- "$1" && mkdir -p -- "$1"', [RESTORE_DIR]);
+  const stage = fromRoot(RESTORE_DIR);
+  await run("making the restore directory", 'rm -rf -- "$1" && mkdir -p -- "$1"', [stage]);
   await sandbox.upload(archive, `${RESTORE_DIR}/${OUTPUTS_FILE}`);
-  await run("unpacking the kept outputs", 'cd -- "$1" && tar -xzf outputs.tar.gz && rm -f outputs.tar.gz', [RESTORE_DIR]);
+  await run("unpacking the kept outputs", 'cd -- "$1" && tar -xzf outputs.tar.gz && rm -f outputs.tar.gz', [stage]);
   if (outputs.layout === "repository") {
     const workdir = outputs.paths[0] ?? sandbox.workdir;
     await run(
       "putting the repository back",
       'w="$1"; mkdir -p -- "$w" && find "$w" -mindepth 1 -maxdepth 1 ! -name .git -exec rm -rf -- {} + && if [ -d "$2/tree" ]; then cp -a -- "$2/tree/." "$w/"; fi',
-      [workdir, RESTORE_DIR],
+      [fromRoot(workdir), stage],
     );
   } else {
     for (const [i, path] of outputs.paths.entries()) {
@@ -84,9 +88,9 @@ export async function restoreOutputs(attempt: SandboxAttempt, archive: string, o
       await run(
         `putting ${path} back`,
         'p="$1"; s="$2"; rm -rf -- "$p" || exit 1; if [ -e "$s" ] || [ -L "$s" ]; then mkdir -p -- "$(dirname -- "$p")" && cp -a -- "$s" "$p"; fi',
-        [path, `${RESTORE_DIR}/${i}/${name}`],
+        [fromRoot(path), `${stage}/${i}/${name}`],
       );
     }
   }
-  await run("removing the restore directory", 'rm -rf -- "$1"', [RESTORE_DIR]).catch((error: unknown) => attempt.env.logger.warn("removing the restore directory failed", { trialId: attempt.trialId, error: message(error) }));
+  await run("removing the restore directory", 'rm -rf -- "$1"', [stage]).catch((error: unknown) => attempt.env.logger.warn("removing the restore directory failed", { trialId: attempt.trialId, error: message(error) }));
 }
