@@ -72,6 +72,15 @@ export async function regradeCommand(options: RegradeCommandOptions): Promise<nu
     const runtime = await openRuntime(parseRuntimeChoice(config.runtime === "docker" || config.runtime === "local" ? config.runtime : "auto"), options.logger);
     err.write(`regrading ${source.trials.size} trial(s) of ${config.runId} from their kept outputs (no agent runs), tasks from ${sources.join(", ")}\nrun directory: ${runDir}\n`);
     const progress = createProgress(err, { runDir });
+    // Ctrl-C stops it as it stops a run: no new trial starts, running sandboxes are removed.
+    const controller = new AbortController();
+    const onSignal = () => {
+      err.write("stopping: no new trials start, running sandboxes are removed\n");
+      controller.abort(new Error("interrupted"));
+    };
+    process.once("SIGINT", onSignal);
+    process.once("SIGTERM", onSignal);
+    options.signal?.addEventListener("abort", () => controller.abort(options.signal?.reason), { once: true });
     let summary: RunSummary;
     const handle = startRun({
       runId,
@@ -93,7 +102,7 @@ export async function regradeCommand(options: RegradeCommandOptions): Promise<nu
       sources,
       proctorVersion: VERSION,
       logger: options.logger,
-      ...(options.signal ? { signal: options.signal } : {}),
+      signal: controller.signal,
     });
     const unsubscribe = handle.bus.subscribe((event) => progress.onEvent(event));
     try {
@@ -101,6 +110,8 @@ export async function regradeCommand(options: RegradeCommandOptions): Promise<nu
     } finally {
       unsubscribe();
       progress.stop();
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
     }
 
     // What changed: each trial whose verdict differs from the regraded run's, and the pins that differ.
