@@ -14,6 +14,9 @@ import { adminOptions, trusted } from "./sandbox-tools";
 /** The kept outputs' file in a trial directory. */
 export const OUTPUTS_FILE = "outputs.tar.gz";
 
+/** Bytes of outputs read, before compression, per byte of the cap. */
+const RAW_PER_KEPT_BYTE = 16;
+
 /** The compressed stream went past the cap. */
 class OverCapError extends Error {
   override name = "OverCapError";
@@ -33,6 +36,16 @@ export async function keepOutputs(captured: CapturedOutputs, paths: readonly str
   const partial = `${file}.partial`;
   const hash = createHash("sha256");
   let bytes = 0;
+  // Also bounded before compression: gigabytes of zeros would take long to squeeze under the cap.
+  const rawCap = maxBytes * RAW_PER_KEPT_BYTE;
+  let raw = 0;
+  const countRaw = new Transform({
+    transform(chunk: Buffer, _encoding, done) {
+      raw += chunk.length;
+      if (raw > rawCap) return done(new OverCapError());
+      done(null, chunk);
+    },
+  });
   const count = new Transform({
     transform(chunk: Buffer, _encoding, done) {
       bytes += chunk.length;
@@ -42,12 +55,15 @@ export async function keepOutputs(captured: CapturedOutputs, paths: readonly str
     },
   });
   try {
-    await pipeline(packDirectory(captured.dir), createGzip(), count, createWriteStream(partial));
+    await pipeline(packDirectory(captured.dir), countRaw, createGzip(), count, createWriteStream(partial));
     await rename(partial, file);
     return { ...base, kept: true, file: OUTPUTS_FILE, bytes, sha256: hash.digest("hex") };
   } catch (error) {
     await rm(partial, { force: true });
-    if (error instanceof OverCapError) return { ...base, kept: false, bytes, note: `not kept: the compressed outputs passed the cap of ${maxBytes} bytes` };
+    if (error instanceof OverCapError) {
+      const why = raw > rawCap ? `the outputs passed ${rawCap} bytes before compression (${RAW_PER_KEPT_BYTE} x the cap of ${maxBytes} bytes)` : `the compressed outputs passed the cap of ${maxBytes} bytes`;
+      return { ...base, kept: false, bytes, note: `not kept: ${why}` };
+    }
     return { ...base, kept: false, bytes: 0, note: `not kept: writing ${OUTPUTS_FILE} failed: ${message(error)}` };
   }
 }
