@@ -297,7 +297,9 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
       if (!done.has(id) && (!regrade || regrade.trials.has(id))) plan.push({ task, attempt });
     }
   }
-  const plannedTrials = regrade ? plan.length : options.tasks.length * options.attempts;
+  // A regrade plans the trials that kept outputs (also those a resume of it finished already).
+  const regraded = regrade ? options.tasks.flatMap((t) => Array.from({ length: options.attempts }, (_, i) => trialIdOf(t.id, i + 1))).filter((id) => regrade.trials.has(id)).length : 0;
+  const plannedTrials = regrade ? regraded : options.tasks.length * options.attempts;
   const results = [...latest.values()];
   const writes = new SerialQueue();
   const summaryNow = (status: RunSummary["status"]): RunSummary => ({
