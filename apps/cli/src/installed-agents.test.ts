@@ -124,6 +124,9 @@ describe.skipIf(!haveDocker)("proctor run --agent codex / claude-code (the real 
         expect(r.stderr).toMatch(new RegExp(`agent ${c.agent} [\\d.]+: (installed in [\\d.]+ s|cached) `));
         const summary = JSON.parse(r.stdout);
         expect(summary.trials, `${describeTrials(join(out, runId))}\n${r.stderr.split("\n").slice(-40).join("\n")}`).toMatchObject({ total: 1, passed: 1, errored: 0 });
+        // The pins name the CLI's npm package version as installed and bound into the sandbox, and the model.
+        const installedVersion = new RegExp(`agent ${c.agent} ([\\d.]+): `).exec(r.stderr)?.[1];
+        expect(summary.pins).toMatchObject({ agent: { name: c.agent, version: installedVersion }, model: c.model });
 
         // Every request the model server got carried the real key and the pinned model; none the sandbox's token.
         const main = server.requests.filter(c.isMain);

@@ -75,6 +75,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("-o, --out <dir>", "runs root directory", "runs")
     .option("--run-id <id>", "run id (default: timestamp + random)")
     .option("--resume <run-dir>", "continue a run: skip finished trials, refuse a changed config")
+    .option("--retry <what>", "with --resume: run these finished trials again: errors, infra, agent-errors, or a task id or glob (repeatable)", collect, [])
     .option("--timeout-multiplier <x>", "scale every task timeout", positiveNumber("--timeout-multiplier"), 1)
     .option("--repos-dir <dir>", "SWE-bench rows: bare mirrors named <owner>__<name>.git (no network clone)")
     .option("--image <template>", "SWE-bench rows without image_name: image to use, {repo} {version} {instance_id} filled in (default: a built Python image)")
@@ -140,6 +141,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
           out: o.out,
           runId: o.runId,
           resume: o.resume,
+          retry: o.retry,
           timeoutMultiplier: o.timeoutMultiplier,
           defaultImage: o.defaultImage,
           reposDir: o.reposDir,
@@ -180,6 +182,21 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--leaderboard", "one leaderboard over the runs (run dirs or dirs holding them): by dataset and agent + model; --format table|md|json|html (html adds the plots)", false)
     .action(async (runDirs: string[], o) =>
       setExitCode(await (await import("./commands/report")).reportCommand({ runDirs, format: o.json ? "json" : o.format, out: o.out, seed: o.seed, leaderboard: o.leaderboard })),
+    );
+
+  program
+    .command("regrade")
+    .description("grade the outputs a run's trials kept again, against the same or a fixed task version, without running the agent; writes a new run")
+    .argument("<run-dir>", "the run to grade again")
+    .option("--tasks <source>", "where the tasks come from (a task dir, a dir of tasks, an archive, dataset rows), matched by task id (default: the run's own sources)")
+    .option("-o, --out <dir>", "runs root for the new run (default: the regraded run's)")
+    .option("--run-id <id>", "the new run's id (default: <run-id>-regrade-<time>)")
+    .option("-n, --concurrency <n>", "trials at once", positiveInt("--concurrency"), 4)
+    .option("--json", "print the new run's summary.json on stdout", false)
+    .action(async (runDir: string, o) =>
+      setExitCode(
+        await (await import("./commands/regrade")).regradeCommand({ runDir, tasks: o.tasks, out: o.out, runId: o.runId, concurrency: o.concurrency, json: o.json, logger }),
+      ),
     );
 
   program

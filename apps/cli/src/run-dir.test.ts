@@ -136,6 +136,38 @@ describe("--fail-on (local runtime)", () => {
   });
 });
 
+describe("--resume --retry (local runtime)", () => {
+  test("a run with one errored and one failed trial, resumed with --retry errors, runs only the errored one again; its new line replaces the old", async () => {
+    const tasks = join(out, "retry-tasks");
+    const marker = join(out, "retry-marker");
+    await task(join(tasks, "wrong"), { "instruction.md": "Do nothing.", "tests/test.sh": 'echo 0 > "${PROCTOR_LOGS_DIR:-/logs}/verifier/reward.txt"\n', "solution/solve.sh": "true\n" });
+    // No reward the first time (a verifier error); a pass once the marker is there.
+    await task(join(tasks, "flaky"), {
+      "instruction.md": "Do nothing.",
+      "tests/test.sh": `if [ -e ${marker} ]; then echo 1 > "\${PROCTOR_LOGS_DIR:-/logs}/verifier/reward.txt"; else touch ${marker}; fi\n`,
+      "solution/solve.sh": "true\n",
+    });
+    const runDir = join(out, "retry");
+    const first = await proctor(["run", tasks, "--runtime", "local", "-o", out, "--run-id", "retry", "--json"]);
+    expect(first.code, first.stderr).toBe(0);
+    expect(JSON.parse(first.stdout).trials).toMatchObject({ total: 2, passed: 0, failed: 1, errored: 1 });
+    const wrongBefore = (await results(runDir)).find((r) => r.taskId === "wrong");
+
+    expect((await proctor(["run", tasks, "--retry", "errors", "--runtime", "local", "-o", out])).stderr).toContain("--retry goes with --resume RUN_DIR");
+    const again = await proctor(["run", "--resume", runDir, "--retry", "errors", "--json"]);
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stderr).toContain("--retry errors: running 1 finished trial(s) again: flaky__1");
+    expect(JSON.parse(again.stdout).trials).toMatchObject({ planned: 2, total: 2, passed: 1, failed: 1, errored: 0 });
+    const lines = await results(runDir);
+    expect(lines).toHaveLength(3);
+    expect(lines.filter((r) => r.trialId === "flaky__1")).toHaveLength(2);
+    expect(lines.filter((r) => r.trialId === "wrong__1")).toEqual([wrongBefore]);
+    // Reports read the last line per trial: the same counts as the summary.
+    const report = await proctor(["report", runDir, "--json"]);
+    expect(JSON.parse(report.stdout).trials).toMatchObject({ total: 2, passed: 1, failed: 1, errored: 0 });
+  });
+});
+
 const docker = await dockerTestGate();
 
 describe.skipIf(!docker)("resuming a filtered run (Docker)", () => {

@@ -92,6 +92,11 @@ describe("proctor serve --receipt-key + proctor verify-receipt", { timeout: SPAW
     expect(pinned.stdout).toContain("signature  valid");
     expect(pinned.stdout).toMatch(/files {6}4\/4 hashes match in /);
     expect(pinned.stdout).toContain("result     valid");
+    // The receipt states what the batch was pinned to: the agent's files, each task's digest, Proctor's version.
+    const receipt = JSON.parse(await readFile(receiptFile, "utf8"));
+    expect(receipt.pins).toMatchObject({ agent: { hash: expect.stringMatching(/^[0-9a-f]{64}$/) } });
+    expect(Object.values(receipt.pins.tasks).length).toBeGreaterThan(0);
+    expect(pinned.stdout).toMatch(/pins {7}Proctor \S+, agent \S+ \(files [0-9a-f]{12}\), \d+ task digest\(s\)/);
 
     expect(unpinned.code, unpinned.stderr).toBe(0);
     expect(unpinned.stdout).toContain("NOT pinned");

@@ -1,4 +1,6 @@
+import { readFileSync } from "node:fs";
 import { open } from "node:fs/promises";
+import { join } from "node:path";
 import type { SandboxMount, SandboxRuntime } from "@proctor/sandbox";
 import type { Logger, ModelProxySpec } from "@proctor/schema";
 import { execLogged, toRunResult } from "./capture";
@@ -173,10 +175,15 @@ export function installedAgent(options: InstalledAgentOptions): InstalledAgent {
   const proxy = () =>
     (proxied ??= withModelProxy(cli, spec, { env, ...(options.logger ? { logger: options.logger } : {}), trajectoryAgent: { name: def.name, version: def.version } }));
   let closed = false;
+  let version: string | null = null;
   return {
     name: label,
     definition: def,
     install,
+    version() {
+      if (!installed) return def.version;
+      return (version ??= installedVersion(def, installed));
+    },
     async sandboxMounts(runtime: SandboxRuntime, signal: AbortSignal): Promise<SandboxMount[]> {
       const done = await install(runtime, signal);
       return [{ hostPath: done.root, sandboxPath: INSTALL_MOUNT, readOnly: true }];
@@ -193,6 +200,25 @@ export function installedAgent(options: InstalledAgentOptions): InstalledAgent {
       if (proxied) await (await proxied).close();
     },
   };
+}
+
+/**
+ * The version the sandbox gets: the first npm package's version as installed (its package.json
+ * in the install bound into the sandbox), else what the install's check printed, else the
+ * definition's version.
+ */
+function installedVersion(def: InstalledAgentDefinition, install: AgentInstall): string {
+  const spec = def.npm[0];
+  if (spec !== undefined) {
+    const name = spec.slice(0, spec.lastIndexOf("@") > 0 ? spec.lastIndexOf("@") : spec.length);
+    try {
+      const found = (JSON.parse(readFileSync(join(install.root, "node_modules", name, "package.json"), "utf8")) as { version?: unknown }).version;
+      if (typeof found === "string" && found !== "") return found;
+    } catch {
+      // not an npm install, or not readable: what the check said
+    }
+  }
+  return install.reported?.trim() || def.version;
 }
 
 /** Why the CLI could not start in this sandbox (a dynamic loader the image lacks), or null when that is not it. */

@@ -58,6 +58,11 @@ export interface Agent {
   sandboxMounts?(runtime: SandboxRuntime, signal: AbortSignal): Promise<readonly SandboxMount[]>;
   setup?(ctx: AgentContext): Promise<void>;
   run(ctx: AgentContext): Promise<AgentRunResult>;
+  /**
+   * The agent's version where it has one, recorded in each trial's result and the run's pins (an
+   * installed CLI: its npm package's version as installed and bound into the sandbox).
+   */
+  version?(): string | null;
   /** Releases what the agent holds for the run (its model proxy). The engine calls it when the run ends. */
   close?(): Promise<void>;
 }

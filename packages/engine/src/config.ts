@@ -45,6 +45,8 @@ export async function buildRunConfig(input: {
   container?: RunConfig["container"] | null;
   selection?: RunConfig["selection"] | null;
   origins?: RunConfig["origins"] | null;
+  /** The agent directory's hash as recorded elsewhere (a regrade records its run's); default: hashed now. */
+  agentHash?: string | null;
 }): Promise<StoredRunConfig> {
   // Only the parts given: an unfiltered run's run.json carries no selection.
   const given = input.selection ?? {};
@@ -70,7 +72,7 @@ export async function buildRunConfig(input: {
     tasks,
     sources: [...input.sources],
     agent: input.agent,
-    agentHash: input.agent.kind === "code" || input.agent.kind === "image" ? await hashDirectory(input.agent.dir) : null,
+    agentHash: input.agentHash !== undefined ? input.agentHash : input.agent.kind === "code" || input.agent.kind === "image" ? await hashDirectory(input.agent.dir) : null,
     runtime: input.runtime,
     attempts: input.attempts,
     concurrency: input.concurrency,
@@ -95,7 +97,8 @@ export async function buildRunConfig(input: {
  * The tasks' origins are left out too: the task hashes pin their content already.
  */
 export function configHash(config: RunConfig): string {
-  const { runId: _runId, concurrency: _concurrency, selection: _selection, origins: _origins, ...rest } = config;
+  // Pins and regradeOf record what ran, they do not choose it.
+  const { runId: _runId, concurrency: _concurrency, selection: _selection, origins: _origins, pins: _pins, regradeOf: _regradeOf, ...rest } = config;
   return createHash("sha256").update(stringify(rest) ?? "").digest("hex");
 }
 

@@ -1,5 +1,10 @@
 export { startRun } from "./run";
-export type { RunOptions, RunHandle, DispatchContext, TrialDispatch } from "./run";
+export type { RunOptions, RunHandle, DispatchContext, TrialDispatch, RegradeSource } from "./run";
+export { planRegrade } from "./regrade";
+export { retrySelector, RETRY_KINDS } from "./retry-select";
+export type { RegradePlan } from "./regrade";
+export { startPins, withTrialPins, ENGINE_VERSION } from "./pins";
+export { OUTPUTS_FILE } from "./grading";
 export { runTrial, isRetryableInfra } from "./trial/trial";
 export { trialIdOf } from "./ids";
 export { planGrading, pathsNamedByTests, OUTPUTS_TEMP_PREFIX } from "./grading";

@@ -8,6 +8,7 @@ import { loadTasks } from "@proctor/tasks";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { ConfigMismatchError } from "./errors";
 import { startRun, type RunOptions } from "./run";
+import { planRegrade } from "./regrade";
 import {
   ADVERSARIAL_TASKS, CHEATER, EXAMPLES_DIR, LINGERER, byTask, inlineTask, readResultsFile, tempDir, writeAgent, writeTasks,
 } from "./testing/fixtures";
@@ -300,6 +301,18 @@ describe("engine on the local runtime", () => {
     expect(r["ws-install-fails"]?.error?.message).toMatch(/exited with 4: nope/);
     expect(r["ws-bad-commit"]).toMatchObject({ status: "error", reward: null, agent: null, error: { kind: "setup" } });
     expect(existsSync(join(root.path, "repo-cache"))).toBe(true);
+
+    // The repository's tree was kept; a regrade puts it back over a fresh checkout and grades it again, no agent.
+    expect(r["ws-ok"]?.outputs).toMatchObject({ kept: true, layout: "repository" });
+    const plan = await planRegrade(handle.runDir);
+    expect([...plan.source.trials.keys()]).toContain("ws-ok__1");
+    expect(plan.missing.map((m) => m.trialId).sort()).toEqual(["ws-bad-commit__1"]);
+    const again = run({ tasks: tasks.filter((t) => t.id === "ws-ok"), agent: { kind: "nop" }, regrade: plan.source, cacheDir: join(root.path, "repo-cache") });
+    const summary = await again.done;
+    expect(summary).toMatchObject({ regradeOf: handle.runId, trials: { planned: 1, total: 1, passed: 1 } });
+    const phases = again.bus.history().filter((e) => e.type === "trial_phase").map((e) => (e.data as { phase: string }).phase);
+    expect(phases).toContain("restore");
+    expect(phases).not.toContain("agent");
   });
 
   test("an oracle run of a task without a solution is an agent error, and the verifier still runs", async () => {

@@ -7,7 +7,8 @@ import { summarize } from "@proctor/reward";
 import type { ContainerSettings, SandboxRuntime } from "@proctor/sandbox";
 import { checkCompetitionRun, writeCompetitionOutputs } from "./competition-run";
 import { systemClock, type Clock } from "./clock";
-import { RunSummary, TrialResult, silentLogger, type AgentSpec, type EventBody, type RunConfig, type Logger, type TaskSpec } from "@proctor/schema";
+import { RunSummary, TrialResult, silentLogger, type AgentSpec, type EventBody, type KeptOutputs, type Pins, type RunConfig, type Logger, type TaskSpec } from "@proctor/schema";
+import { ENGINE_VERSION, startPins, withTrialPins } from "./pins";
 import { buildRunConfig, describeConfigChanges } from "./config";
 import { ConfigMismatchError, EngineError, RunDirectoryError, RunStorageError } from "./errors";
 import { lockRunDir, readRunConfig, SerialQueue, writeJsonAtomic, type RunDirLock } from "./store";
@@ -39,6 +40,22 @@ export interface RunOptions {
   defaultImage?: string | null;
   /** Continue the run in runDir: skip trials already in results.jsonl; refuse a changed config. */
   resume?: boolean;
+  /**
+   * With `resume`: finished trials to run again (`--retry errors`, a task's trials). A trial run
+   * again appends its new line to results.jsonl, which replaces the old one (last line wins).
+   */
+  retry?: (result: TrialResult) => boolean;
+  /** The Proctor version recorded in the run's pins. Default: this engine's version. */
+  proctorVersion?: string;
+  /** Most bytes of compressed agent outputs kept per trial (0: none). Default 64 MiB. */
+  keepOutputsBytes?: number;
+  /**
+   * Grade the outputs an earlier run kept again instead of running an agent (`proctor regrade`):
+   * only the trials in `trials` run, each starting a fresh sandbox of its task, putting the kept
+   * outputs back and grading them. run.json and summary.json name the run (`regradeOf`) and record
+   * its agent; `agent` is ignored.
+   */
+  regrade?: RegradeSource;
   /**
    * The run directory's lock, taken already by the caller (lockRunDir) and let go by it; e.g.
    * `proctor run` takes it before extracting archives into the directory. Default: the run takes
@@ -87,6 +104,19 @@ export interface RunOptions {
    * summary stay the same. The dispatcher must have written `trials/<trial-id>/` before resolving.
    */
   dispatch?: TrialDispatch;
+}
+
+/** The run a regrade grades again, and the outputs its trials kept. */
+export interface RegradeSource {
+  /** The earlier run's id. */
+  runId: string;
+  /** Its agent, as its run.json recorded it (recorded again in the regrade's). */
+  agent: AgentSpec;
+  agentHash: string | null;
+  /** Its pins' agent and model, when it recorded pins. */
+  pins?: Pick<Pins, "agent" | "model">;
+  /** Trial id -> the kept archive and how it is laid out. */
+  trials: ReadonlyMap<string, { archive: string; outputs: KeptOutputs }>;
 }
 
 /** What a dispatcher needs to run a trial like this process would. */
@@ -195,8 +225,10 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
   const resultsPath = join(runDir, "results.jsonl");
   const summaryPath = join(runDir, "summary.json");
 
-  const agent = isAgentObject(options.agent) ? options.agent : createAgent(options.agent);
-  const agentSpec: AgentSpec = isAgentObject(options.agent) ? { kind: "custom", name: options.agent.name } : options.agent;
+  const regrade = options.regrade;
+  // A regrade runs no agent: the kept outputs take its place (see TrialEnvironment.restore).
+  const agent: Agent = regrade ? { name: "regrade", run: () => Promise.reject(new EngineError("a regrade runs no agent")) } : isAgentObject(options.agent) ? options.agent : createAgent(options.agent);
+  const agentSpec: AgentSpec = regrade ? regrade.agent : isAgentObject(options.agent) ? { kind: "custom", name: options.agent.name } : options.agent;
   const limits = options.limits ?? {};
   checkRunnable(options.tasks, options.runtime, options.isolateVerifier ?? null, limits);
   // An image agent's agent.toml `privileged = true` asks for what --container-config's "privileged" does, under the same consent.
@@ -220,39 +252,64 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
     container: options.container ?? null,
     selection: options.selection ?? null,
     origins: options.origins ?? null,
+    ...(regrade ? { agentHash: regrade.agentHash } : {}),
   });
+  // Pins and regradeOf are recorded, not hashed: a resume by a newer Proctor is still the same run.
+  let pins = startPins(config, options.proctorVersion ?? ENGINE_VERSION);
+  if (regrade?.pins) pins = { ...pins, agent: regrade.pins.agent, model: regrade.pins.model };
+  const stored = { ...config, pins, ...(regrade ? { regradeOf: regrade.runId } : {}) };
 
   let finished: TrialResult[] = [];
   let startedAt = new Date().toISOString();
   if (options.resume) {
-    const stored = await readRunConfig(runDir);
-    if (stored.configHash !== config.configHash) {
-      const changes = describeConfigChanges(stored, config);
+    const storedConfig = await readRunConfig(runDir);
+    if (storedConfig.configHash !== config.configHash) {
+      const changes = describeConfigChanges(storedConfig, config);
       throw new ConfigMismatchError(runDir, changes.length > 0 ? changes : ["run.json's configHash differs (edited by hand?)"]);
     }
     finished = await readFinished(resultsPath, logger);
     startedAt = (await previousStart(runDir)) ?? startedAt;
+    // Pins recorded when the run started stay (a run made before pins gets them now).
+    if (storedConfig.pins) pins = storedConfig.pins;
+    else await writeJsonAtomic(runJsonPath, { ...storedConfig, pins });
   } else {
     if (existsSync(runJsonPath)) {
       throw new RunDirectoryError(`${runDir} already holds a run (run.json exists); resume it or use another run directory`, runDir);
     }
-    await writeJsonAtomic(runJsonPath, config);
+    await writeJsonAtomic(runJsonPath, stored);
   }
 
   const sink = await JsonlSink.open(join(runDir, "events.jsonl"), { logger });
   const unsubscribeSink = bus.subscribe((event) => sink.write(event));
   const resultsSink = await JsonlSink.open<TrialResult>(resultsPath, { logger });
 
-  const done = new Set(finished.map((r) => r.trialId));
+  // results.jsonl is last-line-wins per trial (a trial run again appends its new line); trials
+  // chosen to run again leave the count until their new result comes.
+  const latest = new Map<string, TrialResult>();
+  for (const r of finished) {
+    latest.delete(r.trialId);
+    latest.set(r.trialId, r);
+  }
+  const retried = options.retry ? [...latest.values()].filter(options.retry) : [];
+  for (const r of retried) latest.delete(r.trialId);
+  const done = new Set(latest.keys());
   const plan: { task: TaskSpec; attempt: number }[] = [];
   for (let attempt = 1; attempt <= options.attempts; attempt++) {
-    for (const task of options.tasks) if (!done.has(trialIdOf(task.id, attempt))) plan.push({ task, attempt });
+    for (const task of options.tasks) {
+      const id = trialIdOf(task.id, attempt);
+      if (!done.has(id) && (!regrade || regrade.trials.has(id))) plan.push({ task, attempt });
+    }
   }
-  const plannedTrials = options.tasks.length * options.attempts;
-  const results = [...finished];
+  // A regrade plans the trials that kept outputs (also those a resume of it finished already).
+  const regraded = regrade ? options.tasks.flatMap((t) => Array.from({ length: options.attempts }, (_, i) => trialIdOf(t.id, i + 1))).filter((id) => regrade.trials.has(id)).length : 0;
+  const plannedTrials = regrade ? regraded : options.tasks.length * options.attempts;
+  const results = [...latest.values()];
   const writes = new SerialQueue();
-  const summaryNow = (status: RunSummary["status"]) =>
-    summarize({ runId, results, plannedTrials, attempts: options.attempts, startedAt, now: new Date(), status });
+  const summaryNow = (status: RunSummary["status"]): RunSummary => ({
+    ...summarize({ runId, results, plannedTrials, attempts: options.attempts, startedAt, now: new Date(), status }),
+    pins: withTrialPins(pins, results),
+    ...(regrade ? { regradeOf: regrade.runId } : {}),
+  });
 
   // Our own controller: the caller's abort, or a fatal error here, stops every trial.
   const controller = new AbortController();
@@ -279,6 +336,8 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
     grading: options.grading ?? null,
     ...(container ? { container } : {}),
     upcomingTrials: () => plan.length,
+    ...(options.keepOutputsBytes !== undefined ? { keepOutputsBytes: options.keepOutputsBytes } : {}),
+    ...(regrade ? { restore: (trialId: string) => regrade.trials.get(trialId) ?? null } : {}),
   };
 
   // summary.json is rewritten as trials finish, at most once per SUMMARY_EVERY_MS: summarizing reads
@@ -322,7 +381,7 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
 
   let modelProxy: Awaited<ReturnType<typeof startRunModelProxy>> = null;
   try {
-    modelProxy = await startRunModelProxy(options.agent, agent, logger);
+    modelProxy = regrade ? null : await startRunModelProxy(options.agent, agent, logger);
     if (modelProxy) trialEnv.agent = modelProxy.agent;
     await writeJsonAtomic(summaryPath, summaryNow("running"));
     bus.emit({
@@ -337,7 +396,7 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
         skipped: plannedTrials - plan.length,
       },
     });
-    logger.info("run started", { runId, trials: plan.length, skipped: plannedTrials - plan.length, concurrency: options.concurrency });
+    logger.info("run started", { runId, trials: plan.length, skipped: plannedTrials - plan.length, concurrency: options.concurrency, ...(retried.length > 0 ? { retried: retried.length } : {}), ...(regrade ? { regradeOf: regrade.runId } : {}) });
 
     const dispatchContext: DispatchContext = {
       runId,
@@ -402,7 +461,7 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
     options.signal?.removeEventListener("abort", onAbort);
     await modelProxy?.close();
     // An agent the engine made that holds something for the run (an installed CLI's model proxy) lets it go.
-    if (!isAgentObject(options.agent)) await agent.close?.().catch((error: unknown) => logger.error("closing the agent failed", { runId, error: error instanceof Error ? error.message : String(error) }));
+    if (!regrade && !isAgentObject(options.agent)) await agent.close?.().catch((error: unknown) => logger.error("closing the agent failed", { runId, error: error instanceof Error ? error.message : String(error) }));
     // Removals the runtime finishes in the background (and its warm sandboxes): none may outlive the run.
     await options.runtime.drain?.().catch((error: unknown) =>
       logger.error("removing the run's sandboxes failed", { runId, error: error instanceof Error ? error.message : String(error) }),

@@ -75,6 +75,7 @@ function comparisonSection(c: ComparisonReport): string {
   facts.push(["test to read", k.binary ? "McNemar (every reward is 0 or 1)" : "paired bootstrap (rewards are continuous)"]);
   const parts = [
     `<h2>Comparison: B (${htmlEscape(c.b.runId)}) against A (${htmlEscape(c.a.runId)})</h2>`,
+    ...(c.pinsDiffer.length > 0 ? [`<p class="warning"><strong>warning: pins differ:</strong> ${htmlEscape(c.pinsDiffer.join(", "))}</p>`] : []),
     `<dl>${facts.map(([x, v]) => `<dt>${htmlEscape(x)}</dt><dd>${htmlEscape(v)}</dd>`).join("")}</dl>`,
   ];
   if (k.flips.length > 0) {

@@ -7,6 +7,7 @@ export { competitionReport } from "./competition";
 export type { CompetitionRow, CompetitionTotals } from "./competition";
 export { renderText, renderMarkdown, formatDuration, percent, textTable } from "./text";
 export { renderRunSummary } from "./summary";
+export { diffPins, pinsOf, pinsWarning } from "./pins";
 export { validationProblems } from "./validation";
 export { batchTaskTable, createBatchProgress } from "./batch-progress";
 export { createProgress } from "./progress";

@@ -15,6 +15,7 @@ import {
   type TaskOutcome,
 } from "@proctor/reward";
 import { agentLabel, modelLabel, type LoadedRun } from "./load";
+import { diffPins, pinsOf } from "./pins";
 import { competitionReport, type CompetitionRow, type CompetitionTotals } from "./competition";
 
 /** A trial that did not pass, or passed with something to audit, and why. */
@@ -70,6 +71,8 @@ export interface ComparisonReport {
   a: RunReport;
   b: RunReport;
   comparison: RunComparison;
+  /** Each pin that differs between the runs (Proctor, agent, model, task content, images, origins); empty when they agree. */
+  pinsDiffer: string[];
 }
 
 /** One line saying why a trial did not pass. */
@@ -171,7 +174,7 @@ export function buildRunReport(run: LoadedRun, options: { seed?: number; resampl
 
 /** Two runs on the same tasks: both reports and the paired comparison (B against A). */
 export function buildComparison(a: LoadedRun, b: LoadedRun, options: { seed?: number; resamples?: number } = {}): ComparisonReport {
-  return { a: buildRunReport(a, options), b: buildRunReport(b, options), comparison: compareRuns(a.results, b.results, options) };
+  return { a: buildRunReport(a, options), b: buildRunReport(b, options), comparison: compareRuns(a.results, b.results, options), pinsDiffer: diffPins(pinsOf(a), pinsOf(b)) };
 }
 
 /**

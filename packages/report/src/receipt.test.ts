@@ -56,6 +56,23 @@ afterEach(async () => {
 });
 
 describe("signed receipts", () => {
+  test("a receipt carries the run's pins from summary.json, covered by the signature", async () => {
+    const pins = {
+      proctor: "0.1.0",
+      agent: { name: "claude-code", version: "2.0.14", hash: null },
+      model: "claude-sonnet-4-5",
+      tasks: { a: { digest: sha("a"), image: "proctor/base:bookworm", imageId: `sha256:${sha("image")}`, origin: { dataset: { name: "tb2", version: "1.0" }, repository: "https://example.com/tb2.git", commit: "0123456789abcdef0123456789abcdef01234567", path: "tasks/a" } } },
+    };
+    await writeFile(join(runDir, "summary.json"), `${JSON.stringify({ runId: "batch-1", passRate: 0.5, pins })}\n`);
+    const receipt = await sign();
+    expect(receipt.pins).toEqual(pins);
+    expect(parseReceipt(JSON.parse(JSON.stringify(receipt)))).toEqual(receipt);
+    expect(await verifyReceipt(receipt, { runDir })).toMatchObject({ valid: true, problems: [] });
+    // A pin changed after signing breaks the signature.
+    const edited = { ...receipt, pins: { ...pins, agent: { ...pins.agent, version: "2.0.15" } } };
+    expect(await verifyReceipt(edited, { runDir })).toMatchObject({ valid: false, signatureValid: false });
+  });
+
   test("a receipt states the run's hashes, names its signer, and verifies against the run dir", async () => {
     const receipt = await sign();
     expect(receipt).toMatchObject({

@@ -5,6 +5,7 @@ import { isAbsolute, join, relative, resolve, sep } from "node:path";
 import { decodeAddress, verifyMessage } from "@proctor/auth";
 import { writeJsonAtomic } from "@proctor/events";
 import { z } from "zod";
+import { Pins } from "@proctor/schema";
 import { ReceiptError, ReceiptFormatError } from "./errors";
 
 /**
@@ -55,6 +56,12 @@ const ReceiptBodySchema = z.strictObject({
   /** Task id -> the task's directory in the run dir and its tree digest. */
   tasks: z.record(z.string().min(1), Bundle),
   agent_code: Bundle.nullable(),
+  /**
+   * What the run was pinned to (Proctor, agent and version, model, each task's content digest,
+   * image id and origin), as its summary.json records them; absent in receipts of runs made
+   * before pins.
+   */
+  pins: Pins.optional(),
 });
 const ReceiptSchema = ReceiptBodySchema.extend({
   signature: z.string().regex(/^0x[0-9a-f]{128}$/, "expected 0x followed by 128 lowercase hex digits (an sr25519 signature)"),
@@ -181,8 +188,23 @@ export async function buildReceipt(options: BuildReceiptOptions): Promise<Receip
     tasks,
     agent_code: options.agentDir === null ? null : await bundle(options.agentDir),
   };
+  const pins = await runPins(runDir);
+  if (pins) body.pins = pins;
   const signature = options.signer.sign(receiptMessage(body));
   return { ...body, signature: `0x${Buffer.from(signature).toString("hex")}` };
+}
+
+/** The pins a run directory records: summary.json's (with the images the trials used), else run.json's; null when neither has any. */
+async function runPins(runDir: string): Promise<Pins | null> {
+  const read = async (name: string): Promise<Pins | null> => {
+    try {
+      const parsed = Pins.safeParse((JSON.parse(await readFile(join(runDir, name), "utf8")) as { pins?: unknown } | null)?.pins);
+      return parsed.success ? parsed.data : null;
+    } catch {
+      return null;
+    }
+  };
+  return (await read("summary.json")) ?? (await read("run.json"));
 }
 
 /** A signed receipt's file in a batch (run) directory. */
@@ -378,6 +400,11 @@ export function renderReceiptVerification(receipt: Receipt, result: ReceiptVerif
     `signer     ${receipt.server} ${result.signerPinned ? "(pinned with --signer)" : "(NOT pinned: any key's valid signature is accepted; pass --signer SS58 to require the server's key)"}`,
     `signature  ${result.signatureValid ? "valid" : "INVALID"}`,
   ];
+  const pins = receipt.pins;
+  if (pins) {
+    const images = new Set(Object.values(pins.tasks).map((t) => t.imageId).filter((id) => id !== null));
+    lines.push(`pins       Proctor ${pins.proctor}, agent ${pins.agent.name}${pins.agent.version ? ` ${pins.agent.version}` : ""}${pins.agent.hash ? ` (files ${pins.agent.hash.slice(0, 12)})` : ""}${pins.model ? `, model ${pins.model}` : ""}, ${Object.keys(pins.tasks).length} task digest(s), ${images.size} image id(s)`);
+  }
   const total = Object.keys(receipt.files).length + Object.keys(receipt.tasks).length + (receipt.agent_code === null ? 0 : 1);
   if (result.runDir === null) lines.push("files      not checked (pass --run-dir DIR to compare the hashes with the batch's files)");
   else lines.push(`files      ${result.matched.length}/${total} hashes match in ${result.runDir} (results.jsonl, summary.json, ${Object.keys(receipt.tasks).length} task(s), agent code)`);

@@ -134,6 +134,8 @@ function comparisonSections(c: ComparisonReport, table: Table, heading: (s: stri
   const { a, b, comparison: k } = c;
   const out: string[] = [];
   out.push(heading(`Comparison: B (${b.runId}) against A (${a.runId})`));
+  // Said first: a comparison of runs that ran different things is read with that in mind.
+  if (c.pinsDiffer.length > 0) out.push(`warning: pins differ: ${c.pinsDiffer.join(", ")}`, "");
   out.push(
     table(
       ["", "A", "B"],

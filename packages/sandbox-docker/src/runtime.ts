@@ -267,6 +267,18 @@ export class DockerRuntime implements SandboxRuntime {
     return this.images.registry;
   }
 
+  /** The image's id (`sha256:...`) as the daemon has it; null when it has no such image. */
+  imageId(image: string): Promise<string | null> {
+    return this.guard(async () => {
+      try {
+        return (await this.docker.getImage(image).inspect()).Id;
+      } catch (error) {
+        if ((error as { statusCode?: number }).statusCode === 404) return null;
+        throw error;
+      }
+    });
+  }
+
   async create(options: SandboxCreateOptions): Promise<Sandbox> {
     return this.guard(() => this.createSandbox(options));
   }

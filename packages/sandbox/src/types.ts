@@ -399,6 +399,11 @@ export interface SandboxRuntime {
   /** Whether the runtime's backend answers now (a restarting daemon does not). */
   available?(): Promise<boolean>;
   /**
+   * Optional. The content id of a resolved image (Docker: the image id, `sha256:...`), recorded as
+   * the trial's pin; null when the runtime cannot tell.
+   */
+  imageId?(image: string): Promise<string | null>;
+  /**
    * Optional. Whether `create({ mounts })` can bind host directory `hostPath` into a sandbox (a
    * Docker daemon sees only its own host's paths). A runtime without it binds nothing.
    */

@@ -4,10 +4,11 @@ export {
   DEFAULT_AGENT_TIMEOUT_SEC, DEFAULT_VERIFIER_TIMEOUT_SEC, DEFAULT_BUILD_TIMEOUT_SEC, COMMIT_ID,
 } from "./task";
 export { AgentSpec, ModelProxySpec } from "./agent";
-export { ErrorKind, TrialError, TrialStatus, Phase, PhaseTiming, CheckResult, TrialResult, GroupSummary, RunSummary, Integrity, GradingRecord, isCleanPass, SurvivingProcess } from "./result";
+export { ErrorKind, TrialError, TrialStatus, Phase, PhaseTiming, CheckResult, TrialResult, KeptOutputs, GroupSummary, RunSummary, Integrity, GradingRecord, isCleanPass, SurvivingProcess } from "./result";
 export type { Rate, CompetitionGrading } from "./result";
 export { EventBody } from "./event";
 export type { EventType, ProctorEvent } from "./event";
-export { RunConfig, TaskOrigin, DEFAULT_TRIAL_LIMITS } from "./run";
+export { RunConfig, DEFAULT_TRIAL_LIMITS } from "./run";
+export { Pins, TaskPin, TaskOrigin } from "./pins";
 export type { Logger } from "./logger";
 export { silentLogger } from "./logger";

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { Pins } from "./pins";
 
 /**
  * infra: image, daemon, sandbox start (the only kind retried);
@@ -16,7 +17,7 @@ export type TrialError = z.infer<typeof TrialError>;
 export const TrialStatus = z.enum(["passed", "failed", "error"]);
 export type TrialStatus = z.infer<typeof TrialStatus>;
 
-export const Phase = z.enum(["environment", "sandbox", "workspace", "agent_setup", "agent", "outputs", "grader", "verifier", "collect"]);
+export const Phase = z.enum(["environment", "sandbox", "workspace", "agent_setup", "agent", "restore", "outputs", "grader", "verifier", "collect"]);
 export type Phase = z.infer<typeof Phase>;
 
 export const PhaseTiming = z.object({ phase: Phase, durationMs: z.number().nonnegative() });
@@ -128,6 +129,28 @@ const CompetitionGrading = z.object({
 });
 export type CompetitionGrading = z.infer<typeof CompetitionGrading>;
 
+/**
+ * The agent's outputs as fresh grading took them from its sandbox, kept in the trial directory
+ * (a gzipped tar) so `proctor regrade` can grade them again without the agent.
+ */
+export const KeptOutputs = z.object({
+  /** True when the archive is in the trial directory. */
+  kept: z.boolean(),
+  /** The archive's name in the trial directory (outputs.tar.gz) when kept. */
+  file: z.string().optional(),
+  /** Compressed size when kept; when not, how far past the cap it got before it was dropped. */
+  bytes: z.number().int().nonnegative(),
+  /** sha256 of the archive when kept. */
+  sha256: z.string().optional(),
+  /** "repository": the workdir's tree (without .git) under tree/; "paths": output i under i/<basename>. */
+  layout: z.enum(["repository", "paths"]),
+  /** The sandbox paths the archive holds: the workdir, or each output path in archive order. */
+  paths: z.array(z.string()),
+  /** Why the outputs were not kept (over the cap, the host could not write them). */
+  note: z.string().optional(),
+});
+export type KeptOutputs = z.infer<typeof KeptOutputs>;
+
 /** One line of results.jsonl and the body of trials/<id>/result.json. */
 export const TrialResult = z.object({
   trialId: z.string(),
@@ -152,6 +175,8 @@ export const TrialResult = z.object({
       name: z.string().optional(),
       /** Model a model-driven agent talked to. */
       model: z.string().optional(),
+      /** The agent's version where it has one (an installed CLI: its package's version as installed). */
+      version: z.string().optional(),
       usage: z
         .object({
           inputTokens: z.number(),
@@ -175,6 +200,10 @@ export const TrialResult = z.object({
   grading: TestGrading.optional(),
   /** Competition tasks: score, validity, medal; the trial passed iff it earned a medal. */
   competition: CompetitionGrading.optional(),
+  /** The image the trial's sandboxes ran on: the reference and the runtime's content id (Docker's image id). */
+  environment: z.object({ image: z.string(), imageId: z.string().nullable() }).optional(),
+  /** Fresh grading: the agent's outputs, kept for `proctor regrade` (or why not). */
+  outputs: KeptOutputs.optional(),
   /** Queued runs (`--queue`): the worker that ran the trial (its --name, and its host's name). */
   worker: z.object({ name: z.string(), host: z.string() }).optional(),
 });
@@ -261,6 +290,10 @@ export const RunSummary = z.object({
   usage: z
     .object({ inputTokens: z.number(), outputTokens: z.number(), requests: z.number(), retries: z.number(), trials: z.number().int(), cacheReadTokens: z.number().optional(), cacheWriteTokens: z.number().optional(), costUsd: z.number().optional() })
     .optional(),
+  /** What the run was pinned to (Proctor, agent, model, each task's content and image); absent in runs made before pins. */
+  pins: Pins.optional(),
+  /** `proctor regrade`: the run whose kept outputs this run graded again. */
+  regradeOf: z.string().optional(),
   /** Why a run with status "failed" stopped (a fatal agent error such as a rejected model key). */
   error: z.string().optional(),
 });

@@ -1,20 +1,6 @@
 import { z } from "zod";
 import { AgentSpec } from "./agent";
-
-/**
- * Where one task of a run came from, for tasks fetched from git (a dataset by name, or a
- * `git+URL@commit#path` source): the repository URL, the full commit id and the task's directory
- * in it (`""` for the repository's root), plus the dataset's name and version when it was named
- * through a registry. With the task's content hash (RunConfig `tasks[].hash`) this pins the task.
- */
-export const TaskOrigin = z.object({
-  taskId: z.string(),
-  dataset: z.object({ name: z.string(), version: z.string() }).optional(),
-  repository: z.string(),
-  commit: z.string(),
-  path: z.string(),
-});
-export type TaskOrigin = z.infer<typeof TaskOrigin>;
+import { Pins, TaskOrigin } from "./pins";
 
 /** The resolved configuration of one run, stored as run.json with its hash. */
 export const RunConfig = z.object({
@@ -62,6 +48,10 @@ export const RunConfig = z.object({
       privileged: z.boolean().optional(),
     })
     .optional(),
+  /** What the run was pinned to when it started (image ids come with the trials: see summary.json). Not in configHash. */
+  pins: Pins.optional(),
+  /** `proctor regrade`: the run whose kept agent outputs this run graded again. Not in configHash. */
+  regradeOf: z.string().optional(),
 });
 export type RunConfig = z.infer<typeof RunConfig>;
 

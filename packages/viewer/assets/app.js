@@ -353,6 +353,7 @@ async function comparePage(a, b) {
   const d = k.rewardDifference;
   show(
     h("h1", {}, `Compare B ${b} against A ${a}`),
+    c.pinsDiffer && c.pinsDiffer.length ? h("p", { id: "pins-warning", class: "error" }, `warning: pins differ: ${c.pinsDiffer.join(", ")}`) : null,
     table(["", "A", "B"], [
       ["run", h("a", { href: `#/run/${enc(a)}` }, a), h("a", { href: `#/run/${enc(b)}` }, b)],
       ["agent", c.a.agent, c.b.agent],

@@ -377,7 +377,7 @@ export async function answerApi(source: RunSource, path: readonly string[], quer
     const b = await runOr404(query.get("b") ?? "");
     if (!b) return notFound(`no run ${query.get("b") ?? ""}`);
     const c = buildComparison(a.loaded(), b.loaded(), { resamples: 2000 });
-    return { status: 200, body: { a: listEntry(a, options), b: listEntry(b, options), comparison: c.comparison } };
+    return { status: 200, body: { a: listEntry(a, options), b: listEntry(b, options), comparison: c.comparison, pinsDiffer: c.pinsDiffer } };
   }
   return notFound(`api/${path.join("/")}`);
 }

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { appendFile, mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -32,11 +33,17 @@ let tasksDir: string;
 async function writeRun(runId: string, taskIds: string[], results: TrialResult[], status: "running" | "completed", startedAt: string): Promise<string> {
   const dir = join(root, "runs", runId);
   await mkdir(dir, { recursive: true });
-  await writeFile(join(dir, "run.json"), JSON.stringify({ runId, tasks: taskIds.map((id) => ({ id, hash: "h" })), sources: [tasksDir], agent: { kind: "oracle" }, agentHash: null, runtime: "local", attempts: 1, concurrency: 1, timeoutMultiplier: 1, defaultImage: null, configHash: "x" }));
+  await writeFile(join(dir, "run.json"), JSON.stringify({ runId, tasks: taskIds.map((id) => ({ id, hash: "h" })), sources: [tasksDir], agent: { kind: "oracle" }, agentHash: null, runtime: "local", attempts: 1, concurrency: 1, timeoutMultiplier: 1, defaultImage: null, configHash: "x", pins: pinsOf(runId, taskIds) }));
   await writeFile(join(dir, "results.jsonl"), results.map((r) => `${JSON.stringify(r)}\n`).join(""));
   await writeSummary(dir, runId, taskIds.length, results, status, startedAt);
   for (const r of results) await writeTrialFiles(dir, r);
   return dir;
+}
+
+/** Pins as a run records them: data-clean's content differs between runs (its digest names the run). */
+function pinsOf(runId: string, taskIds: string[]) {
+  const digest = (id: string) => (id === "data-clean" ? createHash("sha256").update(runId).digest("hex") : "0".repeat(64));
+  return { proctor: "0.1.0", agent: { name: "oracle", version: null, hash: null }, model: null, tasks: Object.fromEntries(taskIds.map((id) => [id, { digest: digest(id), image: null, imageId: null }])) };
 }
 
 async function writeSummary(dir: string, runId: string, planned: number, results: TrialResult[], status: "running" | "completed", startedAt: string): Promise<void> {
@@ -147,6 +154,8 @@ describe.skipIf(!haveChromium)("proctor view in Chromium", () => {
     const compare = await page.locator("main").innerText();
     expect(compare).toContain("0 fail → pass, 2 pass → fail");
     expect(compare).toContain("p = 0.5000 (2 discordant of 2 pairs; exact two-sided)");
+    // The two runs ran different versions of data-clean: said above everything else.
+    expect(await page.locator("#pins-warning").innerText()).toMatch(/^warning: pins differ: task data-clean content \([0-9a-f]{12} vs [0-9a-f]{12}\)$/);
     await page.screenshot({ path: join(SHOTS, "compare.png"), fullPage: true });
     await page.close();
   });

@@ -1,6 +1,6 @@
 import { writeFile } from "node:fs/promises";
 import { resolve } from "node:path";
-import { FORMATS, LEADERBOARD_FORMATS, ReportError, findRunDirs, loadRun, renderLeaderboard, renderReport, withFirstFailures, type LeaderboardFormat, type ReportFormat } from "@proctor/report";
+import { FORMATS, LEADERBOARD_FORMATS, ReportError, findRunDirs, loadRun, pinsOf, pinsWarning, renderLeaderboard, renderReport, withFirstFailures, type LeaderboardFormat, type ReportFormat } from "@proctor/report";
 import { UsageError } from "../errors";
 
 export interface ReportOptions {
@@ -30,6 +30,10 @@ export async function reportCommand(options: ReportOptions): Promise<number> {
     } else {
       const runs = await Promise.all(options.runDirs.map(async (dir) => withFirstFailures(await loadRun(dir))));
       text = await renderReport(runs, options.format, { seed: options.seed });
+      // Two runs that ran different things: said on stderr too, whatever the format (the table says it first as well).
+      const [a, b] = runs;
+      const warning = runs.length === 2 && a && b ? pinsWarning(pinsOf(a), pinsOf(b)) : null;
+      if (warning && (options.out !== undefined || (options.format !== "table" && options.format !== "md"))) process.stderr.write(`proctor: warning: ${warning}\n`);
     }
   } catch (error) {
     if (error instanceof ReportError) throw new UsageError(error.message, { cause: error });

@@ -4,14 +4,15 @@ import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
 import type { AgentSpec, Logger, ModelProxySpec, RunConfig, RunSummary, TaskSpec } from "@proctor/schema";
 import { DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL } from "@proctor/llm";
-import { lockRunDir, readRunConfig, startRun, type RunDirLock } from "@proctor/engine";
+import { lockRunDir, readRunConfig, retrySelector, startRun, type RunDirLock } from "@proctor/engine";
 import { loadTasks, nearestName } from "@proctor/tasks";
 import { AgentConfigError, AgentError, BUILTIN_INSTALLED_AGENTS, readPriceTable, builtinInstalledAgent, installAgent, isBuiltinInstalledAgent, patchesAgent, readImageAgent, readInstalledAgent, type InstalledAgentDefinition } from "@proctor/agents";
 import { parseContainerConfig, type ContainerConfig } from "@proctor/sandbox-docker";
 import { concurrencyWarning, describeLimits, hostCapacity, resolveRunLimits, storedRunLimits, type LimitFlags, type ResolvedLimits } from "../limits";
 import { CliError, UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT, EXIT_TRIALS_FAILED } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice, type ImageFlags } from "../runtime";
-import { createProgress, renderRunSummary } from "@proctor/report";
+import { createProgress, parseResults, renderRunSummary } from "@proctor/report";
+import { VERSION } from "../program";
 import { prepareSources } from "../sources";
 import { datasetSources, originsOf, resolveRemoteSources } from "../remote-sources";
 import { ensureQueue, openQueuedRun } from "./queue";
@@ -32,6 +33,8 @@ export interface RunCommandOptions {
   out: string;
   runId?: string;
   resume?: string;
+  /** --retry with --resume: finished trials to run again (errors, infra, agent-errors, or task ids/globs). */
+  retry?: string[];
   timeoutMultiplier: number;
   defaultImage?: string;
   /** --repos-dir: bare mirrors `<owner>__<name>.git` for SWE-bench rows. */
@@ -401,6 +404,8 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   const failOn = options.failOn ?? "never";
   if (!FAIL_ON.includes(failOn)) throw new UsageError(`--fail-on must be one of ${FAIL_ON.join(", ")}, got "${failOn}"`);
   const progressInterval = progressIntervalMs(process.env);
+  const retry = options.retry ?? [];
+  if (retry.length > 0 && !options.resume) throw new UsageError("--retry goes with --resume RUN_DIR: it picks which finished trials of that run to run again");
 
   let runId = options.runId ?? newRunId();
   let runsRoot = resolve(options.out);
@@ -520,6 +525,12 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     if (tasks.length === 0) throw new UsageError(`no tasks matched in ${sources.join(", ")}${include.length || exclude.length || tasksFile ? " after --include/--exclude/--tasks-file" : ""}`);
 
     const agent = namedAgent ?? parseAgent(undefined, prepared.agentDir, llmFlags);
+    if (retry.length > 0) {
+      // Which finished trials run again, said before they do (results.jsonl: the last line per trial counts).
+      const { results } = parseResults(await readFile(join(runDir, "results.jsonl"), "utf8").catch(() => ""));
+      const picked = results.filter(retrySelector(retry)).map((r) => r.trialId);
+      err.write(`--retry ${retry.join(" ")}: running ${picked.length} finished trial(s) again${picked.length > 0 ? `: ${picked.slice(0, 10).join(", ")}${picked.length > 10 ? `, ... (${picked.length} in all)` : ""}` : ""}\n`);
+    }
     // Which agent runs, and why that one: an archive's agent_code/ is used only when --agent is not given.
     err.write(`agent: ${describeAgent(agent, agentArg)}${options.resume && options.agent === undefined ? " (the resumed run's)" : options.agent === undefined ? describeDefault(prepared.agentDir) : ""}\n`);
     // `--model provider/name` picked the endpoint and the key's variable: say so, and which.
@@ -583,6 +594,8 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
           ...(isolateVerifier !== undefined ? { isolateVerifier } : {}),
           ...(grading !== undefined ? { grading } : {}),
           resume: Boolean(options.resume),
+          ...(retry.length > 0 ? { retry: retrySelector(retry) } : {}),
+          proctorVersion: VERSION,
           sources: remote.recorded,
           origins: originsOf(tasks, remote.dirs),
           selection,

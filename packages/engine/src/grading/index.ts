@@ -5,8 +5,9 @@ import { AgentError } from "@proctor/agents";
 import { SandboxLostError, SandboxStartError, type FileAudit, type FileChange, type Sandbox, type SandboxProcess } from "@proctor/sandbox";
 import type { GradingRecord, Integrity, TrialError } from "@proctor/schema";
 import { gradeSwebench } from "../swebench/grade";
-import { HOUSEKEEPING_MS, effectiveLimits, isolates, message, type SandboxAttempt } from "../trial/context";
+import { HOUSEKEEPING_MS, KEEP_OUTPUTS_BYTES, effectiveLimits, isolates, message, type SandboxAttempt } from "../trial/context";
 import { judgeAudit } from "./audit-policy";
+import { keepOutputs } from "./kept-outputs";
 import { captureOutputs, findToolchains, placeOutputs, refuseShadowingModules, releaseOutputs, startGraderSandbox, type CapturedOutputs } from "./fresh";
 import { namesTestsImport, shadowedInSandbox, shadowMessage, topLevelModule, type ModuleCandidate } from "./modules";
 import { runVerifier, rewardChangedAfterRead, type RewardRead } from "./launcher";
@@ -22,6 +23,7 @@ const SCRATCH = picomatch(["/tmp/**", "/var/tmp/**", "/root/.cache/**", "/root/.
 export { planGrading, pathsNamedByTests } from "./plan";
 export type { GradingMode, GradingPlan } from "./plan";
 export { GraderError, OutputsTooLargeError, OutputsUnusableError, OUTPUTS_TEMP_PREFIX } from "./fresh";
+export { OUTPUTS_FILE, restoreOutputs } from "./kept-outputs";
 
 /**
  * Grading one trial, after its agent: the one interface both modes implement. The trial calls
@@ -191,6 +193,8 @@ class FreshGrading extends BaseGrading {
     // No process of the agent can reach the grader's sandbox unless it shares their network.
     this.integrity.isolation = this.joinNetworkOf ? "shared" : "isolated";
     this.captured = await captureOutputs(this.attempt, this.plan);
+    // Kept in the trial directory (bounded, compressed) so the trial can be graded again later.
+    this.attempt.state.outputs = await keepOutputs(this.captured, this.plan.repository ? [sandbox.workdir] : this.plan.outputs, this.attempt.trialDir, env.keepOutputsBytes ?? KEEP_OUTPUTS_BYTES);
     if (this.captured.skipped.length > 0) this.record.skipped = this.captured.skipped.slice(0, 100).map((s) => `${s} (not a file, directory or link)`);
     if (changes) this.modules = await addedModules(changes, this.plan.outputs, this.captured);
   }

@@ -57,10 +57,12 @@ export async function runAgent(attempt: SandboxAttempt): Promise<void> {
     disk.stop();
   }
   if (disk.exceeded) state.errors.push({ kind: "agent", message: disk.exceeded });
+  const version = env.agent.version?.() ?? null;
   state.agent = {
     exitCode,
     timedOut,
     name: env.agent.name,
+    ...(version !== null ? { version } : {}),
     ...(result?.model !== undefined ? { model: result.model } : {}),
     ...(result?.usage !== undefined ? { usage: result.usage } : {}),
   };

@@ -47,7 +47,17 @@ export interface TrialEnvironment {
   container?: ContainerSettings;
   /** The run's trials not yet started (a hint for the runtime's warm pool). */
   upcomingTrials?: () => number;
+  /** Most bytes of compressed agent outputs kept per trial (0: none kept). Default KEEP_OUTPUTS_BYTES. */
+  keepOutputsBytes?: number;
+  /**
+   * `proctor regrade`: instead of an agent, each trial puts back the outputs a trial of an earlier
+   * run kept (this returns the archive and how it was laid out), then grades them.
+   */
+  restore?: (trialId: string) => { archive: string; outputs: NonNullable<TrialResult["outputs"]> } | null;
 }
+
+/** Compressed agent outputs kept per trial by default (64 MiB). */
+export const KEEP_OUTPUTS_BYTES = 64 * 1024 * 1024;
 
 /** What one attempt found out; becomes the trial's result. */
 export interface AttemptState {
@@ -61,6 +71,10 @@ export interface AttemptState {
   competition?: CompetitionGrading;
   /** SWE-bench-style tasks: the per-test grading. */
   grading?: NonNullable<TrialResult["grading"]>;
+  /** The image the sandboxes ran on, with its content id. */
+  environment?: NonNullable<TrialResult["environment"]>;
+  /** Fresh grading: the agent's outputs kept in the trial directory, or why not. */
+  outputs?: NonNullable<TrialResult["outputs"]>;
 }
 
 /** Per-phase budgets in ms, already scaled by the timeout multiplier. */

@@ -45,6 +45,9 @@ export async function startSandbox(attempt: Attempt, lifetimeMs: number, onPendi
   });
 
   attempt.image = image;
+  // The image's content id is the trial's pin: a tag can move, the id cannot.
+  const imageId = env.runtime.imageId ? await env.runtime.imageId(image).catch(() => null) : null;
+  attempt.state.environment = { image, imageId };
   // An installed CLI agent is bound read-only into the sandbox (installed on first use, once per machine).
   const agentMounts = (await env.agent.sandboxMounts?.(env.runtime, signal)) ?? [];
   const limits = effectiveLimits(task, env.limits);

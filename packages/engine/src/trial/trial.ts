@@ -9,7 +9,7 @@ import { WorkspaceError } from "../errors";
 import { trialIdOf } from "../ids";
 import { runAgent } from "./agent";
 import { collectLogs, type Collected } from "./collect";
-import { checkRewardUnchanged, GraderError, OutputsTooLargeError, OutputsUnusableError, startGrading, type Grading } from "../grading";
+import { checkRewardUnchanged, GraderError, OutputsTooLargeError, OutputsUnusableError, restoreOutputs, startGrading, type Grading } from "../grading";
 import {
   CHECKOUT_MS, DEFAULT_LOG_BYTES, HOUSEKEEPING_MS, SANDBOX_START_MS, message,
   type Attempt, type AttemptState, type Budgets, type SandboxAttempt, type TrialEnvironment,
@@ -172,6 +172,8 @@ export async function runTrial(task: TaskSpec, attempt: number, env: TrialEnviro
     integrity: outcome.integrity,
     ...(outcome.grading ? { grading: outcome.grading } : {}),
     ...(outcome.competition ? { competition: outcome.competition } : {}),
+    ...(outcome.environment ? { environment: outcome.environment } : {}),
+    ...(outcome.outputs ? { outputs: outcome.outputs } : {}),
   };
 }
 
@@ -248,7 +250,12 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
       await phase("verifier", () => gradeCompetition(inSandbox));
       return state;
     }
-    await runAgent(inSandbox);
+    if (env.restore) {
+      // A regrade: the outputs an earlier trial kept take the agent's place; no agent runs.
+      const kept = env.restore(trialId);
+      if (!kept) throw new Error(`trial ${trialId} has no kept outputs to grade again`);
+      await phase("restore", () => restoreOutputs(inSandbox, kept.archive, kept.outputs));
+    } else await runAgent(inSandbox);
     // The verifier runs even after an agent timeout or failure: the work may be done.
     // environment -> workspace -> agent -> outputs -> grader -> verifier -> collect.
     const graded = await startGrading(inSandbox, attempt.image ?? "", env.grading ?? null);
