@@ -97,7 +97,11 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--llm-proxy", "code agent: give it --model through Proctor's per-trial proxy (OPENAI_BASE_URL + a per-trial OPENAI_API_KEY)")
     .option("--llm-budget-tokens <n>", "--llm-proxy: prompt + completion tokens per trial; beyond it the agent is stopped", positiveInt("--llm-budget-tokens"))
     .option("--llm-budget-requests <n>", "--llm-proxy: model requests per trial; beyond it the agent is stopped", positiveInt("--llm-budget-requests"))
-    .option("--price-table <file>", "claude-code / codex / installed / --llm-proxy: JSON {\"<model>\": {\"input\", \"output\", \"cache_read\", \"cache_write\"}} in USD per million tokens; usage then carries costUsd")
+    .option("--price-table <file>", "prices instead of the price library's (self-hosted models): JSON {\"<model>\": {\"input\", \"output\", \"cache_read\", \"cache_write\"}} in USD per million tokens")
+    .option("--max-cost <usd>", "run budget: no trial starts once the finished trials cost this many USD (exit 6, resumable)", positiveNumber("--max-cost"))
+    .option("--max-tokens <n>", "run budget: no trial starts once the finished trials used this many model tokens (exit 6, resumable)", positiveInt("--max-tokens"))
+    .option("--trial-max-cost <usd>", "--agent llm: stop a trial's agent once its model cost passes this many USD (an agent error)", positiveNumber("--trial-max-cost"))
+    .addOption(new Option("--on-budget <what>", "at a run budget, running trials finish (default) or are stopped (counted as not run)").choices(["finish", "stop"]))
     .option("--container-config <file>", "JSON: mem_limit, shm_size, nano_cpus, gpus (-1 = all), runtime, privileged (needs I_ACCEPT_RUNNING_PRIVILEGED_CONTAINERS=True)")
     .option("--memory-mb <n>", `default memory limit per trial in MB, 0 = none (default ${DEFAULT_TRIAL_LIMITS.memoryMb}; a task's own memory_mb wins)`, nonNegativeNumber("--memory-mb"))
     .option("--cpus <n>", `default CPUs per trial, 0 = no limit (default ${DEFAULT_TRIAL_LIMITS.cpus}; a task's own cpus wins)`, nonNegativeNumber("--cpus"))
@@ -155,6 +159,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
             llmBudgetRequests: o.llmBudgetRequests,
             priceTable: o.priceTable,
           },
+          budget: { maxCostUsd: o.maxCost, maxTokens: o.maxTokens, trialMaxCostUsd: o.trialMaxCost, onBudget: o.onBudget },
           json: o.json,
           logger,
         }),

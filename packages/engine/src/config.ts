@@ -88,11 +88,12 @@ export async function buildRunConfig(input: {
 
 /**
  * sha256 of the canonical JSON of the config, leaving out what may change on resume (runId,
- * concurrency) and the task selection: the tasks it picked are hashed, so a selection that picks
+ * concurrency, pricing, budgets) and the task selection: the tasks it picked are hashed, so a selection that picks
  * other tasks is a change, and runs stored before the selection was recorded keep their hash.
  */
 export function configHash(config: RunConfig): string {
-  const { runId: _runId, concurrency: _concurrency, selection: _selection, ...rest } = config;
+  // Prices and budgets are outside it too: a resume may raise a budget, and prices are data.
+  const { runId: _runId, concurrency: _concurrency, selection: _selection, pricing: _pricing, budget: _budget, ...rest } = config;
   return createHash("sha256").update(stringify(rest) ?? "").digest("hex");
 }
 

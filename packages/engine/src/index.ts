@@ -1,5 +1,5 @@
 export { startRun } from "./run";
-export type { RunOptions, RunHandle, DispatchContext, TrialDispatch } from "./run";
+export type { RunOptions, RunHandle, RunBudget, DispatchContext, TrialDispatch } from "./run";
 export { runTrial, isRetryableInfra } from "./trial/trial";
 export { trialIdOf } from "./ids";
 export { planGrading, pathsNamedByTests, OUTPUTS_TEMP_PREFIX } from "./grading";

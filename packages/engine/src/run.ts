@@ -1,9 +1,9 @@
 import { closeSync, existsSync, openSync, readSync, statSync } from "node:fs";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
-import { createAgent, RunFatalAgentError, type Agent } from "@proctor/agents";
+import { createAgent, PRICE_LIBRARY, RunFatalAgentError, type Agent } from "@proctor/agents";
 import { EventBus, JsonlSink, readJsonl } from "@proctor/events";
-import { summarize } from "@proctor/reward";
+import { spending, summarize } from "@proctor/reward";
 import type { ContainerSettings, SandboxRuntime } from "@proctor/sandbox";
 import { checkCompetitionRun, writeCompetitionOutputs } from "./competition-run";
 import { systemClock, type Clock } from "./clock";
@@ -85,6 +85,23 @@ export interface RunOptions {
    * summary stay the same. The dispatcher must have written `trials/<trial-id>/` before resolving.
    */
   dispatch?: TrialDispatch;
+  /**
+   * Run budgets, checked before each trial starts: once the finished trials (earlier sessions'
+   * included) have spent `maxCostUsd` or `maxTokens`, no trial starts; running ones finish
+   * (`onBudget` "finish", the default) or are stopped ("stop", they count as not run), and the run
+   * ends with status "budget_exhausted". `trialMaxCostUsd` stops a model-driven agent whose trial's
+   * model cost passes it. Recorded in run.json, outside its hash: a resume may raise them.
+   */
+  budget?: RunBudget;
+  /** Where prices come from, recorded in run.json and summary.json. Default: the price library and its version. */
+  priceSource?: { name: string; version: string };
+}
+
+export interface RunBudget {
+  maxCostUsd?: number;
+  maxTokens?: number;
+  trialMaxCostUsd?: number;
+  onBudget?: "finish" | "stop";
 }
 
 /** What a dispatcher needs to run a trial like this process would. */
@@ -218,6 +235,11 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
     container: options.container ?? null,
     selection: options.selection ?? null,
   });
+  const priceSource = options.priceSource ?? { ...PRICE_LIBRARY };
+  const budget = options.budget ?? {};
+  const budgeted = budget.maxCostUsd !== undefined || budget.maxTokens !== undefined || budget.trialMaxCostUsd !== undefined;
+  // Outside the hash (configHash leaves them out): what prices the run, and its budgets as last started.
+  const recorded = { ...config, pricing: { source: priceSource }, ...(budgeted ? { budget: { ...budget } } : {}) };
 
   let finished: TrialResult[] = [];
   let startedAt = new Date().toISOString();
@@ -229,11 +251,13 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
     }
     finished = await readFinished(resultsPath, logger);
     startedAt = (await previousStart(runDir)) ?? startedAt;
+    // A resume may change the budgets (e.g. raise --max-cost to finish the run): record the new ones.
+    await writeJsonAtomic(runJsonPath, { ...stored, pricing: stored.pricing ?? recorded.pricing, ...(budgeted ? { budget: { ...budget } } : {}) });
   } else {
     if (existsSync(runJsonPath)) {
       throw new RunDirectoryError(`${runDir} already holds a run (run.json exists); resume it or use another run directory`, runDir);
     }
-    await writeJsonAtomic(runJsonPath, config);
+    await writeJsonAtomic(runJsonPath, recorded);
   }
 
   const sink = await JsonlSink.open(join(runDir, "events.jsonl"), { logger });
@@ -248,8 +272,28 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
   const plannedTrials = options.tasks.length * options.attempts;
   const results = [...finished];
   const writes = new SerialQueue();
+  // Which run budget stopped new trials from starting (null while none has).
+  let exhausted: string | null = null;
+  const onBudget = budget.onBudget ?? "finish";
+  const budgetNow = () => {
+    if (exhausted) return exhausted;
+    const spent = spending(results);
+    if (budget.maxCostUsd !== undefined && spent.usd >= budget.maxCostUsd) exhausted = `--max-cost $${budget.maxCostUsd}: the finished trials cost $${spent.usd.toFixed(4)}`;
+    else if (budget.maxTokens !== undefined && spent.tokens >= budget.maxTokens) exhausted = `--max-tokens ${budget.maxTokens}: the finished trials used ${spent.tokens} tokens`;
+    return exhausted;
+  };
   const summaryNow = (status: RunSummary["status"]) =>
-    summarize({ runId, results, plannedTrials, attempts: options.attempts, startedAt, now: new Date(), status });
+    summarize({
+      runId,
+      results,
+      plannedTrials,
+      attempts: options.attempts,
+      startedAt,
+      now: new Date(),
+      status,
+      priceSource,
+      ...(budgeted ? { budget: { ...budget, onBudget, exhausted: status === "budget_exhausted" ? exhausted : null } } : {}),
+    });
 
   // Our own controller: the caller's abort, or a fatal error here, stops every trial.
   const controller = new AbortController();
@@ -257,6 +301,10 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
   options.signal?.addEventListener("abort", onAbort, { once: true });
   if (options.signal?.aborted) controller.abort(options.signal.reason);
   const signal = controller.signal;
+  // --on-budget stop aborts the running trials through this, and only them: the run itself ends budget_exhausted.
+  const budgetStop = new AbortController();
+  const trialSignal = AbortSignal.any([signal, budgetStop.signal]);
+  let running = 0;
 
   const trialEnv: TrialEnvironment = {
     runId,
@@ -276,6 +324,7 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
     grading: options.grading ?? null,
     ...(container ? { container } : {}),
     upcomingTrials: () => plan.length,
+    ...(budget.trialMaxCostUsd !== undefined ? { maxCostUsd: budget.trialMaxCostUsd } : {}),
   };
 
   // summary.json is rewritten as trials finish, at most once per SUMMARY_EVERY_MS: summarizing reads
@@ -315,6 +364,11 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
       await writeCompetitionOutputs(runDir, { runId, agent: agent.name, createdAt: startedAt }, results);
       await rewriteSummary();
       bus.emit({ type: "trial_finished", trialId: result.trialId, taskId: result.taskId, data: result });
+      // --on-budget stop: the trials still running when a run budget is spent are stopped (not run).
+      if (onBudget === "stop" && running > 0 && budgetNow() && !signal.aborted) {
+        logger.info("run budget spent: stopping the running trials", { runId, budget: exhausted });
+        budgetStop.abort(new Error(`run budget spent: ${exhausted}`));
+      }
     });
 
   let modelProxy: Awaited<ReturnType<typeof startRunModelProxy>> = null;
@@ -354,13 +408,18 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
     let fatal: unknown = null;
     const worker = async () => {
       for (;;) {
-        if (signal.aborted) return;
+        if (signal.aborted || budgetStop.signal.aborted) return;
+        if (plan.length === 0) return;
+        // Run budgets are checked before each trial starts: at the limit, no new trial starts.
+        if (budgetNow()) return;
         const next = plan.shift();
         if (!next) return;
+        running++;
         try {
           const result = dispatch
-            ? await dispatch({ task: next.task, attempt: next.attempt, trialId: trialIdOf(next.task.id, next.attempt) }, dispatchContext)
-            : await runTrial(next.task, next.attempt, trialEnv, signal);
+            ? await dispatch({ task: next.task, attempt: next.attempt, trialId: trialIdOf(next.task.id, next.attempt) }, { ...dispatchContext, signal: trialSignal })
+            : await runTrial(next.task, next.attempt, trialEnv, trialSignal);
+          running--;
           if (result) await record(result).catch((error: unknown) => {
             throw new RunStorageError(runDir, error);
           });
@@ -372,14 +431,16 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
         }
       }
     };
-    const lanes = dispatch ? plan.length : options.concurrency;
+    // Handed to a dispatcher all at once, trials would all start before any budget is spent: with a budget, dispatch -n at a time.
+    const lanes = dispatch && !budgeted ? plan.length : options.concurrency;
     await Promise.all(Array.from({ length: Math.min(lanes, Math.max(plan.length, 1)) }, worker));
     if (fatal) throw fatal;
 
     const interrupted = options.signal?.aborted === true && results.length < plannedTrials;
+    const stoppedAtBudget = !interrupted && exhausted !== null && latestCount(results) < plannedTrials;
     finalizeSummary();
     if (summaryError) throw new RunStorageError(runDir, summaryError);
-    const summary = summaryNow(interrupted ? "interrupted" : "completed");
+    const summary = summaryNow(interrupted ? "interrupted" : stoppedAtBudget ? "budget_exhausted" : "completed");
     await writes.run(() => writeJsonAtomic(summaryPath, summary));
     bus.emit({ type: "run_finished", data: summary });
     logger.info("run finished", { runId, status: summary.status, passed: summary.trials.passed, total: summary.trials.total });
@@ -411,6 +472,11 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
       closing.catch((error: unknown) => logger.error("closing a run file failed", { runId, error: error instanceof Error ? error.message : String(error) })),
     ));
   }
+}
+
+/** Trials with a result (a resume's repeated trial counted once). */
+function latestCount(results: readonly TrialResult[]): number {
+  return new Set(results.map((r) => r.trialId)).size;
 }
 
 function isAgentObject(agent: AgentSpec | Agent): agent is Agent {

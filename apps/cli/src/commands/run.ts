@@ -3,13 +3,13 @@ import { existsSync, statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
 import type { AgentSpec, Logger, ModelProxySpec, RunSummary, TaskSpec } from "@proctor/schema";
-import { DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL } from "@proctor/llm";
-import { lockRunDir, readRunConfig, startRun, type RunDirLock } from "@proctor/engine";
+import { DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, PRICE_LIBRARY, isPriced } from "@proctor/llm";
+import { lockRunDir, readRunConfig, startRun, type RunBudget, type RunDirLock } from "@proctor/engine";
 import { loadTasks, nearestName } from "@proctor/tasks";
 import { AgentConfigError, AgentError, BUILTIN_INSTALLED_AGENTS, readPriceTable, builtinInstalledAgent, installAgent, isBuiltinInstalledAgent, patchesAgent, readImageAgent, readInstalledAgent, type InstalledAgentDefinition } from "@proctor/agents";
 import { parseContainerConfig, type ContainerConfig } from "@proctor/sandbox-docker";
 import { concurrencyWarning, describeLimits, hostCapacity, resolveRunLimits, storedRunLimits, type LimitFlags, type ResolvedLimits } from "../limits";
-import { CliError, UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT, EXIT_TRIALS_FAILED } from "../errors";
+import { CliError, UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT, EXIT_TRIALS_FAILED, EXIT_BUDGET } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice } from "../runtime";
 import { createProgress, renderRunSummary } from "@proctor/report";
 import { prepareSources } from "../sources";
@@ -49,6 +49,8 @@ export interface RunCommandOptions {
   queue?: string;
   /** --bundles-dir: where task bundles go for the workers (default <out>/.bundles). */
   bundlesDir?: string;
+  /** --max-cost, --max-tokens, --trial-max-cost, --on-budget (a resume without them keeps the run's). */
+  budget?: RunBudget;
   /** --fail-on: exit EXIT_TRIALS_FAILED when a trial errored (errors) or did not pass (failures); default never. */
   failOn?: FailOn;
   json: boolean;
@@ -252,8 +254,11 @@ export function parseAgent(value: string | undefined, archiveAgentDir: string | 
   const loopOnly = given(["maxTurns", "temperature", "maxOutputTokens"]);
   const llmFlags = given(Object.keys(llm));
   if (value === "llm") {
-    if (proxyOnly.length > 0) throw new UsageError(`${flagsVerb(proxyOnly, "goes", "go")} with a code agent (--agent <dir> --llm-proxy), not --agent llm`);
-    return llmSpec(llm);
+    const notLoop = proxyOnly.filter((f) => f !== "--price-table");
+    if (notLoop.length > 0) throw new UsageError(`${flagsVerb(notLoop, "goes", "go")} with a code agent (--agent <dir> --llm-proxy), not --agent llm`);
+    const spec = llmSpec(llm);
+    const prices = llm.priceTable !== undefined && llm.model ? pricesFor(llm.priceTable, spec.kind === "llm" ? spec.model : llm.model) : llm.storedPrices;
+    return prices ? { ...spec, prices } as AgentSpec : spec;
   }
   if (llm.llmProxy) {
     if (loopOnly.length > 0) throw new UsageError(`${flagsVerb(loopOnly, "only goes", "only go")} with --agent llm (with --llm-proxy the agent sends its own requests)`);
@@ -407,6 +412,9 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   let grading = options.grading;
   let storedContainer: ContainerConfig | undefined;
   let storedLimits: ResolvedLimits | undefined;
+  // Where the prices come from: the price library, or --price-table FILE (a resume keeps the run's).
+  let priceSource: { name: string; version: string } | undefined;
+  let storedBudget: RunBudget | undefined;
   let llmFlags: LlmFlags = options.llm ?? {};
   // The task selection, stored in run.json (--tasks-file as an absolute path) and reused by a resume.
   let include = options.include;
@@ -425,13 +433,15 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     runId = previous.runId;
     runsRoot = dirname(runDir);
     if (basename(runDir) !== runId) throw new UsageError(`--resume ${options.resume}: run.json names run ${runId}, but the directory is ${basename(runDir)}`);
+    priceSource = previous.pricing?.source;
+    storedBudget = previous.budget;
     // With no sources given, a resume repeats the stored run exactly; given flags must match it.
     if (sources.length === 0) {
       sources = previous.sources;
       agentArg ??= previous.agent.kind === "installed" ? `${previous.agent.dir !== undefined ? `installed:${previous.agent.dir}` : previous.agent.name}@${previous.agent.version ?? ""}` : previous.agent.kind === "image" ? `image:${previous.agent.dir}` : previous.agent.kind === "code" ? previous.agent.dir : previous.agent.kind === "custom" && previous.agent.name.startsWith("patches:") ? previous.agent.name : previous.agent.kind;
       if (previous.agent.kind === "llm" && agentArg === "llm") {
-        const { kind: _kind, ...stored } = previous.agent;
-        llmFlags = { ...stored, ...Object.fromEntries(Object.entries(llmFlags).filter(([, v]) => v !== undefined)) };
+        const { kind: _kind, prices, ...stored } = previous.agent;
+        llmFlags = { ...stored, storedPrices: prices, ...Object.fromEntries(Object.entries(llmFlags).filter(([, v]) => v !== undefined)) };
       }
       if (previous.agent.kind === "installed") {
         const { budgetTokens, budgetRequests, prices, ...stored } = previous.agent.modelProxy;
@@ -469,6 +479,11 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   // Everything the flags alone decide is checked before the run directory exists: a refused run leaves none.
   // (An archive's agent_code/ is the default agent, so without --agent the agent waits for the sources.)
   const namedAgent = agentArg === undefined ? null : agentArg.startsWith("patches:") ? predictionsAgent(agentArg.slice("patches:".length)) : parseAgent(agentArg, null, llmFlags);
+  if (llmFlags.priceTable !== undefined) priceSource = { name: "price-table", version: resolve(llmFlags.priceTable) };
+  // Budgets given now replace the run's (a resume may raise them); none given: the run's own.
+  const budgetFlags = Object.fromEntries(Object.entries(options.budget ?? {}).filter(([, v]) => v !== undefined)) as RunBudget;
+  const budget: RunBudget | undefined = Object.keys(budgetFlags).length > 0 ? { ...(budgetFlags.onBudget === undefined && storedBudget?.onBudget ? { onBudget: storedBudget.onBudget } : {}), ...budgetFlags } : storedBudget;
+  if (budget?.onBudget !== undefined && budget.maxCostUsd === undefined && budget.maxTokens === undefined) throw new UsageError("--on-budget goes with a run budget: --max-cost USD or --max-tokens N");
   const container = options.containerConfig !== undefined ? await readContainerConfig(options.containerConfig) : storedContainer;
   // A resume repeats the stored limits unless a limit flag or a container config is given (a
   // changed value is then refused like any other config change).
@@ -509,6 +524,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     if (tasks.length === 0) throw new UsageError(`no tasks matched in ${sources.join(", ")}${include.length || exclude.length || tasksFile ? " after --include/--exclude/--tasks-file" : ""}`);
 
     const agent = namedAgent ?? parseAgent(undefined, prepared.agentDir, llmFlags);
+    if (budget) checkBudget(budget, agent);
     // Which agent runs, and why that one: an archive's agent_code/ is used only when --agent is not given.
     err.write(`agent: ${describeAgent(agent, agentArg)}${options.resume && options.agent === undefined ? " (the resumed run's)" : options.agent === undefined ? describeDefault(prepared.agentDir) : ""}\n`);
     // `--model provider/name` picked the endpoint and the key's variable: say so, and which.
@@ -573,6 +589,8 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
           ...(queued ? { dispatch: queued.dispatch } : {}),
           ...(container ? { container: container.settings } : {}),
           ...(resolvedLimits.limits ? { limits: resolvedLimits.limits } : {}),
+          ...(budget ? { budget } : {}),
+          priceSource: priceSource ?? { ...PRICE_LIBRARY },
         });
         const unsubscribe = handle.bus.subscribe((event) => progress.onEvent(event));
         try {
@@ -601,6 +619,11 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
         err.write(`interrupted: resume with  proctor run --resume ${runDir}\n`);
         return EXIT_INTERRUPTED;
       }
+      if (summary.status === "budget_exhausted") {
+        const spent = summary.budget;
+        err.write(`proctor: budget spent (${spent?.exhausted ?? "a run budget"}); ${spent?.notRun ?? summary.trials.planned - summary.trials.total} trial(s) not run (exit ${EXIT_BUDGET}); finish with a higher budget:  proctor run --resume ${runDir} --max-cost USD\n`);
+        return EXIT_BUDGET;
+      }
       const failed = failOnReason(failOn, summary);
       if (failed) {
         err.write(`proctor: --fail-on ${failOn}: ${failed} (exit ${EXIT_TRIALS_FAILED}); results in ${runDir}\n`);
@@ -610,6 +633,19 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     } finally {
       await queued?.close();
     }
+  }
+}
+
+/**
+ * Refuses budgets that could never act: a cost budget for a model without a price (it would
+ * never be reached), and --trial-max-cost with an agent that does not price its own requests.
+ */
+function checkBudget(budget: RunBudget, agent: AgentSpec | { name: string }): void {
+  const spec = "kind" in agent ? agent : null;
+  const model = spec?.kind === "llm" ? { model: spec.model, baseUrl: spec.baseUrl, prices: spec.prices } : spec?.kind === "installed" || (spec?.kind === "code" && spec.modelProxy) ? spec.modelProxy : undefined;
+  if (budget.trialMaxCostUsd !== undefined && spec?.kind !== "llm") throw new UsageError("--trial-max-cost goes with --agent llm (it stops Proctor's own loop); give an agent behind the model proxy a per-trial --llm-budget-tokens instead");
+  if ((budget.maxCostUsd !== undefined || budget.trialMaxCostUsd !== undefined) && model && !isPriced(model.model, { baseUrl: model.baseUrl, ...(model.prices ? { prices: model.prices } : {}) })) {
+    throw new UsageError(`--max-cost / --trial-max-cost need a price for model "${model.model}", and ${PRICE_LIBRARY.name} ${PRICE_LIBRARY.version} has none: give one with --price-table FILE, or budget tokens with --max-tokens N`);
   }
 }
 

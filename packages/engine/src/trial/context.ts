@@ -47,6 +47,8 @@ export interface TrialEnvironment {
   container?: ContainerSettings;
   /** The run's trials not yet started (a hint for the runtime's warm pool). */
   upcomingTrials?: () => number;
+  /** `--trial-max-cost`: a model-driven agent stops once its trial's model cost passes this many USD. */
+  maxCostUsd?: number;
 }
 
 /** What one attempt found out; becomes the trial's result. */
