@@ -41,10 +41,40 @@ export function renderRunSummary(summary: RunSummary): string {
     const u = summary.usage;
     const n = (x: number) => x.toLocaleString("en-US");
     lines.push(`tokens         ${n(u.inputTokens)} in, ${n(u.outputTokens)} out (${n(u.requests)} model requests, ${n(u.retries)} retried, over ${u.trials} trials)`);
-    if (u.costUsd !== undefined) lines.push(`cost           $${u.costUsd.toFixed(4)} (from the price table, over ${u.trials} trials)`);
+    if (!summary.cost && u.costUsd !== undefined) lines.push(`cost           $${u.costUsd.toFixed(4)} (from the price table, over ${u.trials} trials)`);
+  }
+  const cost = costLine(summary);
+  if (cost) lines.push(`cost           ${cost}`);
+  const budget = summary.budget;
+  if (budget) {
+    const limits = [
+      budget.maxCostUsd !== undefined ? `--max-cost $${budget.maxCostUsd}` : null,
+      budget.maxTokens !== undefined ? `--max-tokens ${budget.maxTokens.toLocaleString("en-US")}` : null,
+      budget.trialMaxCostUsd !== undefined ? `--trial-max-cost $${budget.trialMaxCostUsd}` : null,
+    ].filter(Boolean);
+    const spent = `$${budget.spentUsd.toFixed(4)} and ${budget.spentTokens.toLocaleString("en-US")} tokens spent`;
+    lines.push(`budget         ${limits.join(", ")}: ${spent}${budget.exhausted ? `; spent (${budget.exhausted}): ${budget.notRun} trial(s) not run, resume with a higher budget` : ""}`);
   }
   if (summary.error) lines.push(`stopped        ${summary.error}`);
-  if (t.total < t.planned) lines.push(`unfinished     ${t.planned - t.total} of ${t.planned} planned trials`);
+  if (t.total < t.planned) lines.push(`unfinished     ${t.planned - t.total} of ${t.planned} planned trials${summary.status === "budget_exhausted" ? " not run (budget spent; not counted as failures)" : ""}`);
   lines.push(`status         ${summary.status} in ${formatDuration(summary.durationMs)}`);
   return lines.join("\n");
+}
+
+const usd = (x: number) => `$${x.toFixed(4)}`;
+
+/**
+ * The run's cost in one line: the total with its parts, per trial and per pass, and where the
+ * prices come from; trials without a price are counted apart, never as $0. Null for a run with
+ * nothing to price (no model usage, no compute price).
+ */
+export function costLine(summary: RunSummary): string | null {
+  const c = summary.cost;
+  if (!c || (!summary.usage && c.computeUsd === null)) return null;
+  const source = c.source ? (c.source.name === "price-table" ? `prices from ${c.source.version}` : `prices from ${c.source.name} ${c.source.version}`) : null;
+  const unpriced = c.unpricedTrials > 0 ? `${c.unpricedTrials} trial(s) unpriced${c.unpricedReasons[0] ? `: ${c.unpricedReasons[0]}` : ""}` : null;
+  if (c.totalUsd === null) return `unpriced (${[unpriced, source].filter(Boolean).join("; ")})`;
+  const parts = c.computeUsd !== null ? ` (tokens ${usd(c.tokensUsd ?? 0)} + compute ${usd(c.computeUsd)})` : "";
+  const per = [c.perTrialUsd !== null ? `${usd(c.perTrialUsd)} per trial` : null, c.perPassUsd !== null ? `${usd(c.perPassUsd)} per pass` : "no pass to price"].filter(Boolean).join(", ");
+  return `${usd(c.totalUsd)}${parts} over ${c.pricedTrials} priced trial(s); ${per}${unpriced ? `; ${unpriced}` : ""}${source ? `; ${source}` : ""}`;
 }
