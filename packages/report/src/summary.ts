@@ -1,4 +1,5 @@
 import type { GroupSummary, RunSummary } from "@proctor/schema";
+import { describeCost } from "./cost";
 import { formatDuration, percent, textTable } from "./text";
 
 function groupRow(name: string, g: GroupSummary): string[] {
@@ -61,20 +62,13 @@ export function renderRunSummary(summary: RunSummary): string {
   return lines.join("\n");
 }
 
-const usd = (x: number) => `$${x.toFixed(4)}`;
-
 /**
- * The run's cost in one line: the total with its parts, per trial and per pass, and where the
- * prices come from; trials without a price are counted apart, never as $0. Null for a run with
- * nothing to price (no model usage, no compute price).
+ * The run's cost in one line (null for a run with nothing to price: no model usage, no compute
+ * price): the total with its parts, per trial and per pass, and where the
+ * prices come from; trials without a price are counted apart, never as $0.
  */
-export function costLine(summary: RunSummary): string | null {
+function costLine(summary: RunSummary): string | null {
   const c = summary.cost;
   if (!c || (!summary.usage && c.computeUsd === null)) return null;
-  const source = c.source ? (c.source.name === "price-table" ? `prices from ${c.source.version}` : `prices from ${c.source.name} ${c.source.version}`) : null;
-  const unpriced = c.unpricedTrials > 0 ? `${c.unpricedTrials} trial(s) unpriced${c.unpricedReasons[0] ? `: ${c.unpricedReasons[0]}` : ""}` : null;
-  if (c.totalUsd === null) return `unpriced (${[unpriced, source].filter(Boolean).join("; ")})`;
-  const parts = c.computeUsd !== null ? ` (tokens ${usd(c.tokensUsd ?? 0)} + compute ${usd(c.computeUsd)})` : "";
-  const per = [c.perTrialUsd !== null ? `${usd(c.perTrialUsd)} per trial` : null, c.perPassUsd !== null ? `${usd(c.perPassUsd)} per pass` : "no pass to price"].filter(Boolean).join(", ");
-  return `${usd(c.totalUsd)}${parts} over ${c.pricedTrials} priced trial(s); ${per}${unpriced ? `; ${unpriced}` : ""}${source ? `; ${source}` : ""}`;
+  return describeCost(c);
 }

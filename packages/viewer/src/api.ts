@@ -2,7 +2,7 @@ import { lstat, open, readdir, readFile, realpath, stat } from "node:fs/promises
 import { basename, join, resolve, sep } from "node:path";
 import type { TrialResult } from "@proctor/schema";
 import { buildComparison, buildRunReport, fullReason, readFirstFailure, trialFlags, type RunReport } from "@proctor/report";
-import { wilsonInterval } from "@proctor/reward";
+import { trialCostUsd, wilsonInterval } from "@proctor/reward";
 import type { RunDir } from "./run-dir";
 
 /** Files of a trial dir the viewer may serve; nothing else is reachable. */
@@ -110,6 +110,7 @@ function trialRow(r: TrialResult) {
     reason: r.status === "passed" && flags.length === 0 ? "" : fullReason(r),
     durationMs: r.durationMs,
     flagged: flags.length > 0,
+    costUsd: trialCostUsd(r),
   };
 }
 
@@ -287,6 +288,8 @@ export async function answerApi(source: RunSource, path: readonly string[], quer
           passAtK: r.passAtK,
           byCategory: r.byCategory,
           errorsByKind: r.errorsByKind,
+          cost: r.cost,
+          budget: r.budget,
           categories: run.cached("categories", () => [...new Set(run.results.map((x) => x.category ?? "uncategorized"))].sort()),
           dir: showPaths ? run.dir : null,
         },
