@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { findProvider, type ModelPrice, type TieredPrices } from "@pydantic/genai-prices";
 import { startScriptedModelServer, type ScriptedReply, type ScriptedRequest, type ScriptedServer, type ScriptedUsage } from "@proctor/llm";
+import { dockerTestGate } from "@proctor/sandbox-docker";
 import { proctor, repoRoot } from "./test-support";
 
 const examples = join(repoRoot, "examples/tasks");
@@ -173,5 +174,22 @@ describe("cost and budgets (local runtime, scripted model)", () => {
     const notLlm = await proctor(["run", examples, "--runtime", "local", "-o", out, "--agent", "oracle", "--trial-max-cost", "1"]);
     expect(notLlm.code).toBe(2);
     expect(notLlm.stderr).toContain("--trial-max-cost goes with --agent llm");
+  });
+});
+
+const docker = await dockerTestGate();
+
+describe.skipIf(!docker)("compute cost on Docker", () => {
+  test("--compute-price: each trial's CPU-seconds (its sandboxes' cgroup) at USD per CPU-hour; the run's cost is tokens + compute", async () => {
+    const r = await proctor(["run", examples, "-i", "fizzbuzz-python", "--runtime", "docker", "-o", out, "--run-id", "compute", "--agent", "oracle", "--compute-price", "3.6", "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const [result] = await lines(join(out, "compute", "results.jsonl"));
+    expect(result.compute.cpuSeconds).toBeGreaterThan(0);
+    expect(result.compute.costUsd).toBeCloseTo(result.compute.cpuSeconds / 1000, 6);
+    const summary = JSON.parse(r.stdout);
+    expect(summary.cost).toMatchObject({ tokensUsd: 0, cpuSeconds: result.compute.cpuSeconds, pricedTrials: 1 });
+    expect(summary.cost.computeUsd).toBeCloseTo(result.compute.costUsd, 6);
+    expect(summary.cost.totalUsd).toBeCloseTo(result.compute.costUsd, 6);
+    expect(r.stderr).toMatch(/^cost\s+\$[\d.]+ \(tokens \$0\.0000 \+ compute \$[\d.]+ for [\d.]+ CPU-seconds\)/m);
   });
 });

@@ -101,6 +101,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--max-cost <usd>", "run budget: no trial starts once the finished trials cost this many USD (exit 6, resumable)", positiveNumber("--max-cost"))
     .option("--max-tokens <n>", "run budget: no trial starts once the finished trials used this many model tokens (exit 6, resumable)", positiveInt("--max-tokens"))
     .option("--trial-max-cost <usd>", "--agent llm: stop a trial's agent once its model cost passes this many USD (an agent error)", positiveNumber("--trial-max-cost"))
+    .option("--compute-price <usd>", "USD per CPU-hour of the trials' sandboxes (CPU-seconds as Docker measures them): a trial's cost is then its tokens + its compute", nonNegativeNumber("--compute-price"))
     .addOption(new Option("--on-budget <what>", "at a run budget, running trials finish (default) or are stopped (counted as not run)").choices(["finish", "stop"]))
     .option("--container-config <file>", "JSON: mem_limit, shm_size, nano_cpus, gpus (-1 = all), runtime, privileged (needs I_ACCEPT_RUNNING_PRIVILEGED_CONTAINERS=True)")
     .option("--memory-mb <n>", `default memory limit per trial in MB, 0 = none (default ${DEFAULT_TRIAL_LIMITS.memoryMb}; a task's own memory_mb wins)`, nonNegativeNumber("--memory-mb"))
@@ -159,6 +160,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
             llmBudgetRequests: o.llmBudgetRequests,
             priceTable: o.priceTable,
           },
+          computePrice: o.computePrice,
           budget: { maxCostUsd: o.maxCost, maxTokens: o.maxTokens, trialMaxCostUsd: o.trialMaxCost, onBudget: o.onBudget },
           json: o.json,
           logger,

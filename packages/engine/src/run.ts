@@ -95,6 +95,8 @@ export interface RunOptions {
   budget?: RunBudget;
   /** Where prices come from, recorded in run.json and summary.json. Default: the price library and its version. */
   priceSource?: { name: string; version: string };
+  /** USD per CPU-hour of the trials' sandboxes (`--compute-price`): a trial's cost is then its tokens + its compute. */
+  computeUsdPerCpuHour?: number;
 }
 
 export interface RunBudget {
@@ -239,7 +241,8 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
   const budget = options.budget ?? {};
   const budgeted = budget.maxCostUsd !== undefined || budget.maxTokens !== undefined || budget.trialMaxCostUsd !== undefined;
   // Outside the hash (configHash leaves them out): what prices the run, and its budgets as last started.
-  const recorded = { ...config, pricing: { source: priceSource }, ...(budgeted ? { budget: { ...budget } } : {}) };
+  const pricing = { source: priceSource, ...(options.computeUsdPerCpuHour !== undefined ? { computeUsdPerCpuHour: options.computeUsdPerCpuHour } : {}) };
+  const recorded = { ...config, pricing, ...(budgeted ? { budget: { ...budget } } : {}) };
 
   let finished: TrialResult[] = [];
   let startedAt = new Date().toISOString();
@@ -252,7 +255,7 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
     finished = await readFinished(resultsPath, logger);
     startedAt = (await previousStart(runDir)) ?? startedAt;
     // A resume may change the budgets (e.g. raise --max-cost to finish the run): record the new ones.
-    await writeJsonAtomic(runJsonPath, { ...stored, pricing: stored.pricing ?? recorded.pricing, ...(budgeted ? { budget: { ...budget } } : {}) });
+    await writeJsonAtomic(runJsonPath, { ...stored, pricing: { ...(stored.pricing ?? pricing), ...(options.computeUsdPerCpuHour !== undefined ? { computeUsdPerCpuHour: options.computeUsdPerCpuHour } : {}) }, ...(budgeted ? { budget: { ...budget } } : {}) });
   } else {
     if (existsSync(runJsonPath)) {
       throw new RunDirectoryError(`${runDir} already holds a run (run.json exists); resume it or use another run directory`, runDir);
@@ -325,6 +328,7 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
     ...(container ? { container } : {}),
     upcomingTrials: () => plan.length,
     ...(budget.trialMaxCostUsd !== undefined ? { maxCostUsd: budget.trialMaxCostUsd } : {}),
+    ...(options.computeUsdPerCpuHour !== undefined ? { computeUsdPerCpuHour: options.computeUsdPerCpuHour } : {}),
   };
 
   // summary.json is rewritten as trials finish, at most once per SUMMARY_EVERY_MS: summarizing reads

@@ -56,7 +56,7 @@ const pct = (v) => (v === null || v === undefined ? "-" : `${(v * 100).toFixed(1
 /** @param {number | null | undefined} v @param {number} [d] */
 const fix = (v, d = 3) => (v === null || v === undefined ? "-" : v.toFixed(d));
 /** @param {number | null | undefined} v USD with four decimals; "-" when there is none (unpriced, or nothing to divide by) */
-const usd = (v) => (v === null || v === undefined ? "-" : `$${v.toFixed(4)}`);
+const usd = (v) => (v === null || v === undefined ? "-" : `$${v !== 0 && Math.abs(v) < 0.01 ? v.toFixed(6) : v.toFixed(4)}`);
 /** @param {number} ms */
 function dur(ms) {
   if (!Number.isFinite(ms) || ms < 0) return "-";

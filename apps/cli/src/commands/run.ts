@@ -49,6 +49,8 @@ export interface RunCommandOptions {
   queue?: string;
   /** --bundles-dir: where task bundles go for the workers (default <out>/.bundles). */
   bundlesDir?: string;
+  /** --compute-price: USD per CPU-hour of the trials' sandboxes (a resume without it keeps the run's). */
+  computePrice?: number;
   /** --max-cost, --max-tokens, --trial-max-cost, --on-budget (a resume without them keeps the run's). */
   budget?: RunBudget;
   /** --fail-on: exit EXIT_TRIALS_FAILED when a trial errored (errors) or did not pass (failures); default never. */
@@ -415,6 +417,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   // Where the prices come from: the price library, or --price-table FILE (a resume keeps the run's).
   let priceSource: { name: string; version: string } | undefined;
   let storedBudget: RunBudget | undefined;
+  let storedComputePrice: number | undefined;
   let llmFlags: LlmFlags = options.llm ?? {};
   // The task selection, stored in run.json (--tasks-file as an absolute path) and reused by a resume.
   let include = options.include;
@@ -435,6 +438,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     if (basename(runDir) !== runId) throw new UsageError(`--resume ${options.resume}: run.json names run ${runId}, but the directory is ${basename(runDir)}`);
     priceSource = previous.pricing?.source;
     storedBudget = previous.budget;
+    storedComputePrice = previous.pricing?.computeUsdPerCpuHour;
     // With no sources given, a resume repeats the stored run exactly; given flags must match it.
     if (sources.length === 0) {
       sources = previous.sources;
@@ -525,6 +529,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
 
     const agent = namedAgent ?? parseAgent(undefined, prepared.agentDir, llmFlags);
     if (budget) checkBudget(budget, agent);
+    const computePrice = options.computePrice ?? storedComputePrice;
     // Which agent runs, and why that one: an archive's agent_code/ is used only when --agent is not given.
     err.write(`agent: ${describeAgent(agent, agentArg)}${options.resume && options.agent === undefined ? " (the resumed run's)" : options.agent === undefined ? describeDefault(prepared.agentDir) : ""}\n`);
     // `--model provider/name` picked the endpoint and the key's variable: say so, and which.
@@ -560,6 +565,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       err.write(`run directory: ${runDir}\n`);
       // Sandboxes without a filesystem of their own are host processes: no limit applies to them.
       err.write(`${describeLimits(resolvedLimits, runtime.capabilities.files)}\n`);
+      if (computePrice !== undefined && !runtime.capabilities.files) err.write(`--compute-price: the ${runtime.name} runtime does not measure CPU-seconds; trials get no compute cost (use --runtime docker)\n`);
       // A -n past what the host holds is allowed, but said once (queued trials run on the workers' hosts).
       const crowded = queued ? null : concurrencyWarning(options.concurrency, tasks.length * attempts, resolvedLimits.limits?.defaults ?? {}, hostCapacity());
       if (crowded) err.write(`${crowded}\n`);
@@ -591,6 +597,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
           ...(resolvedLimits.limits ? { limits: resolvedLimits.limits } : {}),
           ...(budget ? { budget } : {}),
           priceSource: priceSource ?? { ...PRICE_LIBRARY },
+          ...(computePrice !== undefined ? { computeUsdPerCpuHour: computePrice } : {}),
         });
         const unsubscribe = handle.bus.subscribe((event) => progress.onEvent(event));
         try {

@@ -49,6 +49,8 @@ export interface TrialEnvironment {
   upcomingTrials?: () => number;
   /** `--trial-max-cost`: a model-driven agent stops once its trial's model cost passes this many USD. */
   maxCostUsd?: number;
+  /** `--compute-price`: USD per CPU-hour of the trial's sandboxes (result.json `compute.costUsd`). */
+  computeUsdPerCpuHour?: number;
 }
 
 /** What one attempt found out; becomes the trial's result. */
@@ -63,6 +65,8 @@ export interface AttemptState {
   competition?: CompetitionGrading;
   /** SWE-bench-style tasks: the per-test grading. */
   grading?: NonNullable<TrialResult["grading"]>;
+  /** CPU-seconds the attempt's sandboxes used, where the runtime measures them. */
+  cpuSeconds?: number | null;
 }
 
 /** Per-phase budgets in ms, already scaled by the timeout multiplier. */
