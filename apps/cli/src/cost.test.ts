@@ -154,6 +154,24 @@ describe("cost and budgets (local runtime, scripted model)", () => {
     expect(done.cost.totalUsd).toBeCloseTo(3 * perTrial, 6);
   });
 
+  test("--on-budget stop: a trial still running when the budget is spent is stopped and counted as not run, never as a failure", async () => {
+    const half: ScriptedUsage = { promptTokens: 500_000, completionTokens: 0 };
+    const quick = solveThenSubmit(half, half);
+    // git-first-commit's model is slow to answer: fizzbuzz-python, beside it, spends the budget first.
+    server = await startScriptedModelServer({
+      handler: async (r) => {
+        if (r.conversation.includes("git")) await new Promise((done) => setTimeout(done, 4000));
+        return quick(r);
+      },
+    });
+    const r = await proctor(["run", examples, "-x", "word-frequency", "--runtime", "local", "-o", out, "--run-id", "stop", "--agent", "llm", "--model", "gpt-4o-mini", "--base-url", server.baseUrl, "-n", "2", "--max-cost", "0.01", "--on-budget", "stop", "--json"]);
+    expect(r.code, r.stderr).toBe(6);
+    const results = await lines(join(out, "stop", "results.jsonl"));
+    expect(results.map((x) => [x.taskId, x.status])).toEqual([["fizzbuzz-python", "passed"]]);
+    const summary = JSON.parse(r.stdout);
+    expect(summary).toMatchObject({ status: "budget_exhausted", trials: { planned: 3, total: 1, failed: 0, errored: 0 }, budget: { onBudget: "stop", notRun: 2 } });
+  });
+
   test("--max-tokens stops starting trials too; --trial-max-cost stops the llm agent's loop with an agent error", async () => {
     const half: ScriptedUsage = { promptTokens: 500_000, completionTokens: 0 };
     server = await startScriptedModelServer({ handler: solveThenSubmit(half, half) });
