@@ -191,7 +191,7 @@ describe("cost and budgets (local runtime, scripted model)", () => {
 
     const notLlm = await proctor(["run", examples, "--runtime", "local", "-o", out, "--agent", "oracle", "--trial-max-cost", "1"]);
     expect(notLlm.code).toBe(2);
-    expect(notLlm.stderr).toContain("--trial-max-cost goes with --agent llm");
+    expect(notLlm.stderr).toContain("--trial-max-cost goes with an agent that takes a model");
   });
 });
 

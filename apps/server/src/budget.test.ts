@@ -23,7 +23,7 @@ echo done > done.txt
 `;
 
 describe("batch budgets on POST /submit", () => {
-  test("max_cost stops starting tasks once spent: the batch completes with the rest not run; a bad value is a 400 naming it", async () => {
+  test("max_cost stops starting tasks once spent (the batch completes, the rest not run); trial_max_cost stops a task's agent at the proxy; a bad value is a 400 naming it", async () => {
     // gpt-4o-mini at a million prompt tokens a request: each task costs about $0.15.
     const upstream = await startScriptedModelServer({ apiKey: KEY, handler: () => ({ content: "ok", usage: { promptTokens: 1_000_000, completionTokens: 0 } }) });
     process.env[KEY_ENV] = KEY;
@@ -44,7 +44,14 @@ describe("batch budgets on POST /submit", () => {
       expect(summary).toMatchObject({ status: "budget_exhausted", trials: { planned: 3, total: 1 }, budget: { maxCostUsd: 0.1, notRun: 2 } });
       expect(summary.cost.totalUsd).toBeGreaterThan(0.1);
       expect(JSON.parse(await readFile(join(batchDir, "run.json"), "utf8")).budget).toEqual({ maxCostUsd: 0.1 });
-      expect((await readdir(batchDir)).length).toBeGreaterThan(0);
+
+      // trial_max_cost: the proxy refuses the request after the one that passed it; the task is an agent error saying so.
+      const twice = await makeArchive(fixture.root, { ...fixture, tasks: [{ id: "greedy" }], agentScript: AGENT.replace("urllib.request.urlopen(req, timeout=30).read()", "urllib.request.urlopen(req, timeout=30).read()\nurllib.request.urlopen(req, timeout=30).read()") });
+      const capped = await submitBatch({ server: server.url, archivePath: twice, keypair: ALICE, budget: { trialMaxCostUsd: 0.1 } });
+      expect(capped).toMatchObject({ status: "completed", passed_tasks: 0 });
+      const files = (await readdir(join(dataDir, "batches", capped.batch_id, "trials"), { recursive: true })).filter((f) => f.endsWith("result.json"));
+      const result = JSON.parse(await readFile(join(dataDir, "batches", capped.batch_id, "trials", files[0] ?? ""), "utf8"));
+      expect(result.error).toMatchObject({ kind: "agent", message: expect.stringMatching(/passed its limit of \$0\.1 \(--trial-max-cost\)/) });
     } finally {
       delete process.env[KEY_ENV];
       await server.close();

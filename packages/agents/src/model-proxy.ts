@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { mkdir, rename, writeFile } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { CostMeter, startModelProxy, type ModelProxy, type ModelProxySession } from "@proctor/llm";
+import { CostMeter, priceRequest, startModelProxy, type ModelProxy, type ModelProxySession } from "@proctor/llm";
 import type { Logger, ModelProxySpec } from "@proctor/schema";
 import { z } from "zod";
 import { AgentConfigError, RunFatalAgentError } from "./errors";
@@ -62,6 +62,8 @@ export async function withModelProxy(
       ...(options.trajectoryAgent ? { agent: options.trajectoryAgent } : {}),
       ...(spec.budgetTokens !== undefined ? { budgetTokens: spec.budgetTokens } : {}),
       ...(spec.budgetRequests !== undefined ? { budgetRequests: spec.budgetRequests } : {}),
+      // --trial-max-cost: the proxy refuses requests once the trial's priced cost passes it.
+      ...(ctx.maxCostUsd !== undefined ? { maxCostUsd: ctx.maxCostUsd, priceRequest: (usage) => priceRequest(spec.model, usage, { baseUrl: spec.baseUrl, ...(spec.prices ? { prices: spec.prices } : {}) }).costUsd } : {}),
     });
     let forwarder: TrialProxy["forwarder"] = null;
     let baseUrl = proxy.tcpBaseUrl;

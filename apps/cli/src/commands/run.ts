@@ -645,12 +645,12 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
 
 /**
  * Refuses budgets that could never act: a cost budget for a model without a price (it would
- * never be reached), and --trial-max-cost with an agent that does not price its own requests.
+ * never be reached), and --trial-max-cost with an agent that takes no model.
  */
 function checkBudget(budget: RunBudget, agent: AgentSpec | { name: string }): void {
   const spec = "kind" in agent ? agent : null;
   const model = spec?.kind === "llm" ? { model: spec.model, baseUrl: spec.baseUrl, prices: spec.prices } : spec?.kind === "installed" || (spec?.kind === "code" && spec.modelProxy) ? spec.modelProxy : undefined;
-  if (budget.trialMaxCostUsd !== undefined && spec?.kind !== "llm") throw new UsageError("--trial-max-cost goes with --agent llm (it stops Proctor's own loop); give an agent behind the model proxy a per-trial --llm-budget-tokens instead");
+  if (budget.trialMaxCostUsd !== undefined && !model) throw new UsageError("--trial-max-cost goes with an agent that takes a model (--agent llm, claude-code, codex, installed:<dir>, or a code agent's directory with --llm-proxy)");
   if ((budget.maxCostUsd !== undefined || budget.trialMaxCostUsd !== undefined) && model && !isPriced(model.model, { baseUrl: model.baseUrl, ...(model.prices ? { prices: model.prices } : {}) })) {
     throw new UsageError(`--max-cost / --trial-max-cost need a price for model "${model.model}", and ${PRICE_LIBRARY.name} ${PRICE_LIBRARY.version} has none: give one with --price-table FILE, or budget tokens with --max-tokens N`);
   }
