@@ -152,7 +152,7 @@ export function trialCostUsd(result: TrialResult): number | null {
 }
 
 /** Model tokens (input + output) one trial used. */
-export function trialTokens(result: TrialResult): number {
+function trialTokens(result: TrialResult): number {
   const usage = result.agent?.usage;
   return usage ? usage.inputTokens + usage.outputTokens : 0;
 }
