@@ -3,6 +3,7 @@ import { mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { findProvider, type ModelPrice, type TieredPrices } from "@pydantic/genai-prices";
+import { startViewer } from "@proctor/viewer";
 import { startScriptedModelServer, type ScriptedReply, type ScriptedRequest, type ScriptedServer, type ScriptedUsage } from "@proctor/llm";
 import { dockerTestGate } from "@proctor/sandbox-docker";
 import { proctor, repoRoot } from "./test-support";
@@ -87,6 +88,28 @@ describe("cost and budgets (local runtime, scripted model)", () => {
     const runJson = JSON.parse(await readFile(join(runDir, "run.json"), "utf8"));
     expect(runJson.pricing.source).toEqual(summary.cost.source);
     expect(r.stderr).toMatch(/cost\s+\$\d+\.\d{4}/);
+
+    // proctor report: a cost line and a cost per task, in every format.
+    const table = await proctor(["report", runDir]);
+    expect(table.code, table.stderr).toBe(0);
+    expect(table.stdout).toMatch(/^cost\s+\$[\d.]+ over 2 priced trial\(s\); \$[\d.]+ per trial, \$[\d.]+ per pass; prices from @pydantic\/genai-prices \d/m);
+    expect(table.stdout).toMatch(/greeting-file\s+1\s+1\s+100\.0%\s+1\.000\s+\$[\d.]+/);
+    const md = await proctor(["report", runDir, "--format", "md"]);
+    expect(md.stdout).toMatch(/\*\*cost\*\* \$[\d.]+ over 2 priced trial/);
+    const json = JSON.parse((await proctor(["report", runDir, "--format", "json"])).stdout);
+    expect(json.cost.totalUsd).toBeCloseTo(2 * perTrial, 6);
+    expect(json.cost.perPassUsd).toBeCloseTo(perTrial, 6);
+
+    // The viewer's run page gets the same, and each trial row its cost.
+    const viewer = await startViewer({ paths: [runDir], port: 0 });
+    try {
+      const run = (await (await fetch(new URL("/api/runs/priced", viewer.url))).json()) as { cost: { totalUsd: number; perPassUsd: number } };
+      expect(run.cost.totalUsd).toBeCloseTo(2 * perTrial, 6);
+      const page = (await (await fetch(new URL("/api/runs/priced/trials", viewer.url))).json()) as { trials: { costUsd: number }[] };
+      expect(page.trials.map((t) => t.costUsd)).toEqual([expect.closeTo(perTrial, 6), expect.closeTo(perTrial, 6)]);
+    } finally {
+      await viewer.close();
+    }
   });
 
   test("a model the price library does not know is unpriced (with the reason), never $0; --price-table prices it, with --agent llm too", async () => {
