@@ -117,6 +117,10 @@ export interface DispatchContext {
   isolateVerifier: boolean | null;
   grading: "fresh" | "shared" | null;
   limits: RunLimits;
+  /** `--trial-max-cost`: a model-driven agent stops once its trial's model cost passes this (USD). */
+  maxCostUsd?: number;
+  /** `--compute-price`: USD per CPU-hour of the trial's sandboxes. */
+  computeUsdPerCpuHour?: number;
   emit: (body: EventBody) => void;
   signal: AbortSignal;
   logger: Logger;
@@ -404,6 +408,8 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
       isolateVerifier: options.isolateVerifier ?? null,
       grading: options.grading ?? null,
       limits,
+      ...(budget.trialMaxCostUsd !== undefined ? { maxCostUsd: budget.trialMaxCostUsd } : {}),
+      ...(options.computeUsdPerCpuHour !== undefined ? { computeUsdPerCpuHour: options.computeUsdPerCpuHour } : {}),
       emit: trialEnv.emit,
       signal,
       logger,
