@@ -282,8 +282,12 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
   // Which run budget stopped new trials from starting (null while none has).
   let exhausted: string | null = null;
   const onBudget = budget.onBudget ?? "finish";
+  const runBudgeted = budget.maxCostUsd !== undefined || budget.maxTokens !== undefined;
+  // Summed again only when a trial has finished since (a trial start between finishes costs nothing).
+  let spentAt = -1;
   const budgetNow = () => {
-    if (exhausted) return exhausted;
+    if (exhausted || !runBudgeted || spentAt === results.length) return exhausted;
+    spentAt = results.length;
     const spent = spending(results);
     if (budget.maxCostUsd !== undefined && spent.usd >= budget.maxCostUsd) exhausted = `--max-cost $${budget.maxCostUsd}: the finished trials cost $${spent.usd.toFixed(4)}`;
     else if (budget.maxTokens !== undefined && spent.tokens >= budget.maxTokens) exhausted = `--max-tokens ${budget.maxTokens}: the finished trials used ${spent.tokens} tokens`;
