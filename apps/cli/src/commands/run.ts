@@ -628,7 +628,8 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       }
       if (summary.status === "budget_exhausted") {
         const spent = summary.budget;
-        err.write(`proctor: budget spent (${spent?.exhausted ?? "a run budget"}); ${spent?.notRun ?? summary.trials.planned - summary.trials.total} trial(s) not run (exit ${EXIT_BUDGET}); finish with a higher budget:  proctor run --resume ${runDir} --max-cost USD\n`);
+        const raise = spent?.exhausted?.startsWith("--max-tokens") ? "--max-tokens N" : "--max-cost USD";
+        err.write(`proctor: budget spent (${spent?.exhausted ?? "a run budget"}); ${spent?.notRun ?? summary.trials.planned - summary.trials.total} trial(s) not run (exit ${EXIT_BUDGET}); finish with a higher budget:  proctor run --resume ${runDir} ${raise}\n`);
         return EXIT_BUDGET;
       }
       const failed = failOnReason(failOn, summary);
