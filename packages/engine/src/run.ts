@@ -446,7 +446,7 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
       }
     };
     // Handed to a dispatcher all at once, trials would all start before any budget is spent: with a budget, dispatch -n at a time.
-    const lanes = dispatch && !budgeted ? plan.length : options.concurrency;
+    const lanes = dispatch && !runBudgeted ? plan.length : options.concurrency;
     await Promise.all(Array.from({ length: Math.min(lanes, Math.max(plan.length, 1)) }, worker));
     if (fatal) throw fatal;
 
