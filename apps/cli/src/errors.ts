@@ -29,3 +29,6 @@ export const EXIT_FATAL_AGENT = 4;
 
 /** `--fail-on errors|failures`: the run finished, and a trial errored (or did not pass). Apart from 1 (an unwritable run directory, an unexpected error). */
 export const EXIT_TRIALS_FAILED = 5;
+
+/** A run budget (`--max-cost`, `--max-tokens`) was spent: no more trials started, the rest are not run; resume with a higher budget. */
+export const EXIT_BUDGET = 6;

@@ -98,7 +98,12 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--llm-proxy", "code agent: give it --model through Proctor's per-trial proxy (OPENAI_BASE_URL + a per-trial OPENAI_API_KEY)")
     .option("--llm-budget-tokens <n>", "--llm-proxy: prompt + completion tokens per trial; beyond it the agent is stopped", positiveInt("--llm-budget-tokens"))
     .option("--llm-budget-requests <n>", "--llm-proxy: model requests per trial; beyond it the agent is stopped", positiveInt("--llm-budget-requests"))
-    .option("--price-table <file>", "claude-code / codex / installed / --llm-proxy: JSON {\"<model>\": {\"input\", \"output\", \"cache_read\", \"cache_write\"}} in USD per million tokens; usage then carries costUsd")
+    .option("--price-table <file>", "prices instead of the price library's (self-hosted models): JSON {\"<model>\": {\"input\", \"output\", \"cache_read\", \"cache_write\"}} in USD per million tokens")
+    .option("--max-cost <usd>", "run budget: no trial starts once the finished trials cost this many USD (exit 6, resumable)", positiveNumber("--max-cost"))
+    .option("--max-tokens <n>", "run budget: no trial starts once the finished trials used this many model tokens (exit 6, resumable)", positiveInt("--max-tokens"))
+    .option("--trial-max-cost <usd>", "stop a trial's agent once its model cost passes this many USD (an agent error; --agent llm's loop, or the model proxy's next request)", positiveNumber("--trial-max-cost"))
+    .option("--compute-price <usd>", "USD per CPU-hour of the trials' sandboxes (CPU-seconds as Docker measures them): a trial's cost is then its tokens + its compute", nonNegativeNumber("--compute-price"))
+    .addOption(new Option("--on-budget <what>", "at a run budget, running trials finish (default) or are stopped (counted as not run)").choices(["finish", "stop"]))
     .option("--container-config <file>", "JSON: mem_limit, shm_size, nano_cpus, gpus (-1 = all), runtime, privileged (needs I_ACCEPT_RUNNING_PRIVILEGED_CONTAINERS=True)")
     .option("--memory-mb <n>", `default memory limit per trial in MB, 0 = none (default ${DEFAULT_TRIAL_LIMITS.memoryMb}; a task's own memory_mb wins)`, nonNegativeNumber("--memory-mb"))
     .option("--cpus <n>", `default CPUs per trial, 0 = no limit (default ${DEFAULT_TRIAL_LIMITS.cpus}; a task's own cpus wins)`, nonNegativeNumber("--cpus"))
@@ -162,6 +167,8 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
             llmBudgetRequests: o.llmBudgetRequests,
             priceTable: o.priceTable,
           },
+          computePrice: o.computePrice,
+          budget: { maxCostUsd: o.maxCost, maxTokens: o.maxTokens, trialMaxCostUsd: o.trialMaxCost, onBudget: o.onBudget },
           json: o.json,
           logger,
         }),
@@ -346,10 +353,24 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--token <token>", "bearer token instead of a hotkey (else $PROCTOR_TOKEN, or $PROCTOR_TOKENS when it holds one token, as the server reads it)")
     .option("--signed-for <ss58>", "the server's hotkey, when it requires Epistula-Signed-For")
     .option("-n, --concurrent-tasks <n>", "tasks at once on the server", positiveInt("--concurrent-tasks"))
+    .option("--max-cost <usd>", "batch budget: no task starts once the finished ones cost this many USD", positiveNumber("--max-cost"))
+    .option("--max-tokens <n>", "batch budget: no task starts once the finished ones used this many model tokens", positiveInt("--max-tokens"))
+    .option("--trial-max-cost <usd>", "stop a task's model-driven agent once its model cost passes this many USD", positiveNumber("--trial-max-cost"))
+    .addOption(new Option("--on-budget <what>", "at the batch budget, running tasks finish (default) or are stopped").choices(["finish", "stop"]))
     .option("--json", "print the final batch status as JSON", false)
     .action(async (archive: string, o) =>
       setExitCode(
-        await (await import("./commands/submit")).submitCommand({ archive, server: o.server, keyFile: o.keyFile, token: o.token, signedFor: o.signedFor, concurrentTasks: o.concurrentTasks, json: o.json, logger }),
+        await (await import("./commands/submit")).submitCommand({
+          archive,
+          server: o.server,
+          keyFile: o.keyFile,
+          token: o.token,
+          signedFor: o.signedFor,
+          concurrentTasks: o.concurrentTasks,
+          budget: { maxCostUsd: o.maxCost, maxTokens: o.maxTokens, trialMaxCostUsd: o.trialMaxCost, onBudget: o.onBudget },
+          json: o.json,
+          logger,
+        }),
       ),
     );
 

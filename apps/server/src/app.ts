@@ -247,6 +247,7 @@ export async function buildApp(ctx: AppContext): Promise<FastifyInstance> {
         submittedBy: request.proctorIdentity,
         model: query.model,
         agent: query.agent,
+        budget: { max_cost: query.max_cost, max_tokens: query.max_tokens, trial_max_cost: query.trial_max_cost, on_budget: query.on_budget },
       });
       return reply.code(202).send(result);
     });

@@ -4,8 +4,8 @@ import type { Readable } from "node:stream";
 import { ArchiveError, LimitExceededError, extractArchive } from "@proctor/archive";
 import type { LimitName } from "@proctor/archive";
 import { AgentConfigError, readImageAgent, resolveEntrypoint } from "@proctor/agents";
-import type { SubmitResponse } from "@proctor/client";
-import { RunQueue, type PreparedRun, type QueuedBatch, type RunLimits, type RunOptions, type RunHandle } from "@proctor/engine";
+import { BudgetFields, type SubmitResponse } from "@proctor/client";
+import { RunQueue, type PreparedRun, type QueuedBatch, type RunBudget, type RunLimits, type RunOptions, type RunHandle } from "@proctor/engine";
 import type { SandboxRuntime } from "@proctor/sandbox";
 import type { Logger, ModelProxySpec, TaskSpec } from "@proctor/schema";
 import { isCompetitionDir, loadCompetitionTask, loadTermExecutorArchive } from "@proctor/tasks";
@@ -123,7 +123,7 @@ export class Batches {
    * Accept an upload whose signature already verified: extract the archive (with the archive
    * package's limits), load its tasks and queue it. On any error nothing is left on disk.
    */
-  async submit(input: { staged: StagedBody; contentType: string; concurrentTasks: number | undefined; submittedBy: string | null; model?: string | undefined; agent?: string | undefined }): Promise<SubmitResponse> {
+  async submit(input: { staged: StagedBody; contentType: string; concurrentTasks: number | undefined; submittedBy: string | null; model?: string | undefined; agent?: string | undefined; budget?: Partial<Record<keyof BudgetFields, unknown>> }): Promise<SubmitResponse> {
     const model = this.pickModel(input.model);
     const named = this.pickAgent(input.agent);
     const concurrentTasks = input.concurrentTasks ?? this.options.maxConcurrentTasks;
@@ -132,10 +132,20 @@ export class Batches {
       submittedBy: input.submittedBy,
       fill: async (dir) => {
         const uploadDir = join(dir, UPLOAD_DIR);
-        const archiveName = await consumeArchivePart(input.staged, input.contentType, async (stream: Readable, filename: string) => {
-          await this.extract(stream, uploadDir);
-          return filename || null;
-        });
+        // Budgets come as query parameters or as form fields beside the archive (a query parameter wins).
+        const fields: Record<string, string> = {};
+        const archiveName = await consumeArchivePart(
+          input.staged,
+          input.contentType,
+          async (stream: Readable, filename: string) => {
+            await this.extract(stream, uploadDir);
+            return filename || null;
+          },
+          (name, value) => {
+            if (Object.hasOwn(BudgetFields.shape, name)) fields[name] = value;
+          },
+        );
+        const budget = batchBudget({ ...fields, ...Object.fromEntries(Object.entries(input.budget ?? {}).filter(([, v]) => v !== undefined)) });
         const loaded = await this.load(uploadDir, named !== null);
         const image = loaded.agent.kind === "image";
         if (loaded.agent.kind === "image") {
@@ -145,7 +155,7 @@ export class Batches {
         }
         return {
           taskIds: loaded.tasks.map((t) => t.id),
-          extra: { archive: { name: archiveName, bytes: input.staged.bytes, sha256: input.staged.sha256 }, ...(model !== null && !image ? { model } : {}), ...(named !== null ? { agent: named } : {}) },
+          extra: { archive: { name: archiveName, bytes: input.staged.bytes, sha256: input.staged.sha256 }, ...(model !== null && !image ? { model } : {}), ...(named !== null ? { agent: named } : {}), ...(budget ? { budget } : {}) },
         };
       },
     });
@@ -211,6 +221,7 @@ export class Batches {
       ...(this.options.grading !== undefined ? { grading: this.options.grading } : {}),
       limits: this.options.limits,
       sources: [uploadDir],
+      ...(batch.record.budget ? { budget: batch.record.budget as RunBudget } : {}),
     };
     if (loaded.agent.kind === "image") {
       return { ...common, agent: { kind: "image", dir: loaded.agent.dir }, runtime: await this.buildImage(batch, loaded.agent.dir) };
@@ -372,4 +383,24 @@ async function agentImageRoot(uploadDir: string): Promise<string | null> {
 
 async function isDir(path: string): Promise<boolean> {
   return stat(path).then((s) => s.isDirectory(), () => false);
+}
+
+/** A batch's budgets from `max_cost`, `max_tokens`, `trial_max_cost`, `on_budget` (query or form); null when none is given. A bad value is a 400 naming it. */
+function batchBudget(raw: Record<string, unknown>): RunBudget | null {
+  const parsed = BudgetFields.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new BadRequestError(`${issue?.path.join(".") || "budget"}: ${issue?.message ?? "invalid"} (max_cost and trial_max_cost take USD > 0, max_tokens a whole number > 0, on_budget finish or stop)`);
+  }
+  const b = parsed.data;
+  if (b.max_cost === undefined && b.max_tokens === undefined && b.trial_max_cost === undefined) {
+    if (b.on_budget !== undefined) throw new BadRequestError("on_budget goes with a batch budget: max_cost or max_tokens");
+    return null;
+  }
+  return {
+    ...(b.max_cost !== undefined ? { maxCostUsd: b.max_cost } : {}),
+    ...(b.max_tokens !== undefined ? { maxTokens: b.max_tokens } : {}),
+    ...(b.trial_max_cost !== undefined ? { trialMaxCostUsd: b.trial_max_cost } : {}),
+    ...(b.on_budget !== undefined ? { onBudget: b.on_budget } : {}),
+  };
 }

@@ -115,13 +115,15 @@ export const ARCHIVE_FIELDS = ["archive", "file"] as const;
 
 /**
  * Parse a staged multipart/form-data body and hand the first `archive` (or `file`) part to
- * `consume` as a stream. Other fields are ignored; a second archive part is a 400. Throws
- * BadRequestError when the body is not multipart or holds no archive part.
+ * `consume` as a stream. Other files are ignored, text fields go to `onField` (when given); a
+ * second archive part is a 400. Throws BadRequestError when the body is not multipart or holds
+ * no archive part.
  */
 export async function consumeArchivePart<T>(
   staged: StagedBody,
   contentType: string,
   consume: (stream: Readable, filename: string) => Promise<T>,
+  onField?: (name: string, value: string) => void,
 ): Promise<T> {
   let busboy: InstanceType<typeof Busboy>;
   try {
@@ -163,6 +165,7 @@ export async function consumeArchivePart<T>(
       value = { v };
       if (parsed) resolve(v);
     };
+    if (onField) busboy.on("field", (name: string, value: string) => onField(name, value));
     busboy.on("filesLimit", () => fail(new BadRequestError("the form holds more than one file; send the archive alone in the `archive` field")));
     busboy.on("partsLimit", () => fail(new BadRequestError("the form has too many parts; send only the `archive` field")));
     busboy.on("error", (error: unknown) => fail(new BadRequestError(`the multipart body is malformed: ${(error as Error).message}`, { cause: error })));

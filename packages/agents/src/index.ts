@@ -21,3 +21,5 @@ export type { InstalledAgentDefinition, BuiltinInstalledAgent } from "./installe
 export { readInstalledAgent, builtinInstalledAgent, isBuiltinInstalledAgent, BUILTIN_INSTALLED_AGENTS, INSTALL_MOUNT } from "./installed-def";
 export type { AgentInstall, InstallOptions } from "./installed-cache";
 export { installAgent, agentCacheDir } from "./installed-cache";
+export { PRICE_LIBRARY } from "@proctor/llm";
+export type { PriceSource } from "@proctor/llm";

@@ -21,7 +21,7 @@ export interface TrajectoryStep {
   reasoning_content?: string;
   tool_calls?: TrajectoryToolCall[];
   observation?: { results: { source_call_id: string; content: string }[] };
-  metrics?: { prompt_tokens: number; completion_tokens: number; cached_tokens?: number };
+  metrics?: { prompt_tokens: number; completion_tokens: number; cached_tokens?: number; cost_usd?: number | null; extra?: Record<string, unknown> };
   extra?: Record<string, unknown>;
 }
 
@@ -45,7 +45,7 @@ export function isoNow(): string {
 }
 
 /** Why the loop ended. */
-export type StopReason = "no_tool_calls" | "submit" | "max_turns" | "deadline" | "context_length" | "aborted" | "model_error" | "fatal";
+export type StopReason = "no_tool_calls" | "submit" | "max_turns" | "deadline" | "context_length" | "aborted" | "model_error" | "fatal" | "budget";
 
 /**
  * trajectory.json in ATIF shape. Where Proctor records more than ATIF has fields for, it goes
@@ -59,7 +59,9 @@ export class Trajectory {
   readonly messages: ChatMessage[] = [];
   stopReason: StopReason | null = null;
   stopDetail: string | null = null;
-  totals = { inputTokens: 0, outputTokens: 0, cachedTokens: 0, requests: 0, retries: 0 };
+  totals = { inputTokens: 0, outputTokens: 0, cachedTokens: 0, cacheWriteTokens: 0, requests: 0, retries: 0 };
+  /** The trial's model cost in USD so far (ATIF total_cost_usd); null when unpriced. */
+  costUsd: number | null = null;
 
   constructor(
     private readonly sessionId: string,
@@ -77,6 +79,7 @@ export class Trajectory {
     this.totals.inputTokens += usage.inputTokens;
     this.totals.outputTokens += usage.outputTokens;
     this.totals.cachedTokens += usage.cachedTokens ?? 0;
+    this.totals.cacheWriteTokens += usage.cacheWriteTokens ?? 0;
     this.totals.requests += 1;
     this.totals.retries += retries;
   }
@@ -92,8 +95,9 @@ export class Trajectory {
         total_prompt_tokens: this.totals.inputTokens,
         total_completion_tokens: this.totals.outputTokens,
         total_cached_tokens: this.totals.cachedTokens,
+        total_cost_usd: this.costUsd,
         total_steps: this.steps.length,
-        extra: { requests: this.totals.requests, retries: this.totals.retries },
+        extra: { requests: this.totals.requests, retries: this.totals.retries, ...(this.totals.cacheWriteTokens > 0 ? { cache_creation_tokens: this.totals.cacheWriteTokens } : {}) },
       },
       extra: { stop_reason: this.stopReason, messages: this.messages },
     };

@@ -9,6 +9,8 @@ import {
   LlmModelNotFoundError,
   LlmUnreachableError,
   OpenAIChatModel,
+  CostMeter,
+  type FlatPrices,
   type ChatCompletion,
   type ChatMessage,
   type ChatModel,
@@ -34,6 +36,12 @@ export interface LlmAgentOptions {
   systemPrompt?: string;
   /** Name of the env var the key came from, for error messages (never the key). */
   apiKeyEnv?: string;
+  /**
+   * Flat prices of the model in USD per million tokens (`--price-table`), used instead of the
+   * price library's. Each request is priced as it returns; result.json's usage gets `costUsd`, or
+   * `unpriced` with the reason when the model has no price.
+   */
+  prices?: FlatPrices;
 }
 
 type LlmSpec = Extract<AgentSpec, { kind: "llm" }>;
@@ -82,6 +90,8 @@ export function llmAgent(options: LlmAgentOptions): Agent {
       const log = (line: string) => {
         if (!logError) stdout.write(`${line}\n`);
       };
+      const meter = new CostMeter(model.model, { ...(options.prices ? { prices: options.prices } : {}), ...(model.baseUrl ? { baseUrl: model.baseUrl } : {}) });
+      let overBudget: string | null = null;
       const messages = trajectory.messages;
       const system: ChatMessage = { role: "system", content: options.systemPrompt ?? systemPrompt(ctx.sandbox.workdir, totalSec) };
       const user: ChatMessage = { role: "user", content: ctx.task.instruction };
@@ -131,6 +141,13 @@ export function llmAgent(options: LlmAgentOptions): Agent {
             break;
           }
           trajectory.addUsage(completion.usage, completion.retries);
+          const requestCost = meter.add({
+            inputTokens: completion.usage.inputTokens,
+            outputTokens: completion.usage.outputTokens,
+            ...(completion.usage.cachedTokens !== undefined ? { cacheReadTokens: completion.usage.cachedTokens } : {}),
+            ...(completion.usage.cacheWriteTokens !== undefined ? { cacheWriteTokens: completion.usage.cacheWriteTokens } : {}),
+          });
+          trajectory.costUsd = meter.costUsd;
           messages.push(completion.message);
           const calls = completion.message.tool_calls ?? [];
           const step = trajectory.add({
@@ -144,6 +161,8 @@ export function llmAgent(options: LlmAgentOptions): Agent {
               prompt_tokens: completion.usage.inputTokens,
               completion_tokens: completion.usage.outputTokens,
               ...(completion.usage.cachedTokens !== undefined ? { cached_tokens: completion.usage.cachedTokens } : {}),
+              cost_usd: requestCost,
+              ...(completion.usage.cacheWriteTokens ? { extra: { cache_creation_tokens: completion.usage.cacheWriteTokens } } : {}),
             },
             extra: {
               request: {
@@ -156,6 +175,13 @@ export function llmAgent(options: LlmAgentOptions): Agent {
             },
           });
           if (completion.message.content) log(`[turn ${turn}] model: ${oneLine(completion.message.content)}`);
+          const spent = meter.costUsd;
+          if (ctx.maxCostUsd !== undefined && spent !== null && spent > ctx.maxCostUsd) {
+            overBudget = `agent stopped: the trial's model cost $${spent.toFixed(4)} passed its limit of $${ctx.maxCostUsd} (--trial-max-cost) on turn ${turn}`;
+            stop("budget", overBudget);
+            log(`[turn ${turn}] ${overBudget}`);
+            break;
+          }
           if (calls.length === 0) {
             stop("no_tool_calls");
             log(`[turn ${turn}] no tool calls: the loop ends`);
@@ -221,7 +247,15 @@ export function llmAgent(options: LlmAgentOptions): Agent {
         durationMs: Date.now() - started,
         outputTruncated: false,
         model: model.model,
-        usage: { inputTokens: t.inputTokens, outputTokens: t.outputTokens, requests: t.requests, retries: t.retries },
+        usage: {
+          inputTokens: t.inputTokens,
+          outputTokens: t.outputTokens,
+          requests: t.requests,
+          retries: t.retries,
+          ...(t.cachedTokens > 0 || t.cacheWriteTokens > 0 ? { cacheReadTokens: t.cachedTokens, cacheWriteTokens: t.cacheWriteTokens } : {}),
+          ...meter.fields(),
+        },
+        ...(overBudget ? { error: overBudget } : {}),
       };
     },
   };
@@ -246,6 +280,7 @@ export function llmAgentFromSpec(spec: LlmSpec, env: NodeJS.ProcessEnv = process
     ...(spec.maxTurns !== undefined ? { maxTurns: spec.maxTurns } : {}),
     ...(spec.temperature !== undefined ? { temperature: spec.temperature } : {}),
     ...(spec.maxOutputTokens !== undefined ? { maxOutputTokens: spec.maxOutputTokens } : {}),
+    ...(spec.prices ? { prices: spec.prices } : {}),
   });
 }
 

@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { mkdir, rename, writeFile } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { startModelProxy, type ModelProxy, type ModelProxySession } from "@proctor/llm";
+import { CostMeter, priceRequest, startModelProxy, type ModelProxy, type ModelProxySession } from "@proctor/llm";
 import type { Logger, ModelProxySpec } from "@proctor/schema";
 import { z } from "zod";
 import { AgentConfigError, RunFatalAgentError } from "./errors";
@@ -62,6 +62,8 @@ export async function withModelProxy(
       ...(options.trajectoryAgent ? { agent: options.trajectoryAgent } : {}),
       ...(spec.budgetTokens !== undefined ? { budgetTokens: spec.budgetTokens } : {}),
       ...(spec.budgetRequests !== undefined ? { budgetRequests: spec.budgetRequests } : {}),
+      // --trial-max-cost: the proxy refuses requests once the trial's priced cost passes it.
+      ...(ctx.maxCostUsd !== undefined ? { maxCostUsd: ctx.maxCostUsd, priceRequest: (usage) => priceRequest(spec.model, usage, { baseUrl: spec.baseUrl, ...(spec.prices ? { prices: spec.prices } : {}) }).costUsd } : {}),
     });
     let forwarder: TrialProxy["forwarder"] = null;
     let baseUrl = proxy.tcpBaseUrl;
@@ -123,13 +125,25 @@ export async function withModelProxy(
       try {
         const result = await inner.run({ ...ctx, env: { ...ctx.env, ...trial.env }, signal: AbortSignal.any([ctx.signal, session.stopped]) });
         if (session.fatal) throw new RunFatalAgentError(`model proxy: ${session.fatal}; check --model, --base-url and $${spec.apiKeyEnv}`);
-        return { ...result, model: spec.model, usage: withCost(session.usage(), spec.prices), ...(session.exceeded ? { error: `agent stopped: ${session.exceeded}` } : {}) };
+        return { ...result, model: spec.model, usage: { ...session.usage(), ...sessionCost(session, spec).fields() }, ...(session.exceeded ? { error: `agent stopped: ${session.exceeded}` } : {}) };
       } finally {
         await finish(trial, ctx);
       }
     },
   };
   return { agent, close: () => proxy.close() };
+}
+
+/** The session's cost: each recorded exchange priced on its own (long-context tiers apply per request). */
+function sessionCost(session: ModelProxySession, spec: ModelProxySpec): CostMeter {
+  const meter = new CostMeter(spec.model, { baseUrl: spec.baseUrl, ...(spec.prices ? { prices: spec.prices } : {}) });
+  const steps = (session.trajectory().steps ?? []) as { metrics?: { prompt_tokens?: number; completion_tokens?: number; cached_tokens?: number; extra?: { cache_creation_tokens?: number } } }[];
+  for (const step of steps) {
+    const m = step.metrics;
+    if (!m) continue;
+    meter.add({ inputTokens: m.prompt_tokens ?? 0, outputTokens: m.completion_tokens ?? 0, cacheReadTokens: m.cached_tokens ?? 0, cacheWriteTokens: m.extra?.cache_creation_tokens ?? 0 });
+  }
+  return meter;
 }
 
 /** Usage with its cost in USD when the spec has prices (USD per million tokens; cache prices default to the input price). */

@@ -21,6 +21,11 @@ export interface AgentContext {
    * per-trial OPENAI_API_KEY from the model proxy). Agents that start processes pass them on.
    */
   env?: Record<string, string>;
+  /**
+   * The trial's cost limit in USD (`--trial-max-cost`): a model-driven agent that prices its
+   * usage stops once its cost passes it, and the trial is an `agent` error saying so.
+   */
+  maxCostUsd?: number;
 }
 
 export interface AgentRunResult {
@@ -34,7 +39,7 @@ export interface AgentRunResult {
   /** Model the agent talked to, if any (recorded in result.json `agent.model`). */
   model?: string;
   /** Token and request counts of a model-driven agent (recorded in result.json `agent.usage`). */
-  usage?: { inputTokens: number; outputTokens: number; requests: number; retries: number; cacheReadTokens?: number; cacheWriteTokens?: number; costUsd?: number };
+  usage?: { inputTokens: number; outputTokens: number; requests: number; retries: number; cacheReadTokens?: number; cacheWriteTokens?: number; costUsd?: number; pricedAs?: string; unpriced?: string };
   /** Set when the agent was stopped for a reason of its own making (a spent model budget): an `agent` error. */
   error?: string;
   /** The kind `error` is recorded as: `agent` (default), or `setup` when the task itself is at fault (a gold patch that applies nowhere). */

@@ -29,6 +29,8 @@ export interface SubmitBatchOptions extends ClientAuth {
   model?: string;
   /** `?agent=`: one of the server's installed CLI agents (`proctor serve --agents`); the archive then holds tasks/ only. */
   agent?: string;
+  /** `?max_cost=&max_tokens=&trial_max_cost=&on_budget=`: the batch's budgets (USD, tokens); at a spent budget no more tasks start. */
+  budget?: { maxCostUsd?: number; maxTokens?: number; trialMaxCostUsd?: number; onBudget?: "finish" | "stop" };
   /** Called with the 202 answer, before the WebSocket is opened. */
   onSubmitted?: (result: SubmitResponse) => void;
   /** Every WebSocket message (snapshot, batch_started, task_*, batch_complete), in order. */
@@ -158,6 +160,11 @@ async function uploadOnce(options: SubmitBatchOptions): Promise<SubmitResponse> 
   if (options.concurrentTasks !== undefined) params.set("concurrent_tasks", String(options.concurrentTasks));
   if (options.model !== undefined) params.set("model", options.model);
   if (options.agent !== undefined) params.set("agent", options.agent);
+  const budget = options.budget ?? {};
+  if (budget.maxCostUsd !== undefined) params.set("max_cost", String(budget.maxCostUsd));
+  if (budget.maxTokens !== undefined) params.set("max_tokens", String(budget.maxTokens));
+  if (budget.trialMaxCostUsd !== undefined) params.set("trial_max_cost", String(budget.trialMaxCostUsd));
+  if (budget.onBudget !== undefined) params.set("on_budget", budget.onBudget);
   const query = params.size === 0 ? "" : `?${params.toString()}`;
   let response: Awaited<ReturnType<typeof request>>;
   try {

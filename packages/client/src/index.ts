@@ -10,6 +10,7 @@ export {
   TaskParams,
   WsQuery,
   submitQuery,
+  BudgetFields,
   SubmitResponse,
   BatchStatusResponse,
   TaskJson,

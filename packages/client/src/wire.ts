@@ -38,12 +38,22 @@ export type ErrorBody = z.infer<typeof ErrorBody>;
 export const BatchParams = z.object({ id: z.string().min(1).max(128) });
 export const TaskParams = BatchParams.extend({ task_id: z.string().min(1).max(256) });
 
-/** `POST /submit?concurrent_tasks=N&model=M&agent=A`; N is at most the server's maxConcurrentTasks; A one of the server's installed agents. */
+/** A batch's budgets (`max_cost`, `max_tokens`, `trial_max_cost` USD / tokens, `on_budget`), as query parameters or form fields of `POST /submit`. */
+export const BudgetFields = z.object({
+  max_cost: z.coerce.number().positive().optional(),
+  max_tokens: z.coerce.number().int().positive().optional(),
+  trial_max_cost: z.coerce.number().positive().optional(),
+  on_budget: z.enum(["finish", "stop"]).optional(),
+});
+export type BudgetFields = z.infer<typeof BudgetFields>;
+
+/** `POST /submit?concurrent_tasks=N&model=M&agent=A&max_cost=USD...`; N is at most the server's maxConcurrentTasks; A one of the server's installed agents. */
 export function submitQuery(maxConcurrentTasks: number) {
   return z.object({
     concurrent_tasks: z.coerce.number().int().min(1).max(maxConcurrentTasks).optional(),
     model: z.string().min(1).max(256).optional(),
     agent: z.string().min(1).max(128).optional(),
+    ...BudgetFields.shape,
   });
 }
 

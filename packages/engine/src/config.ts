@@ -92,13 +92,14 @@ export async function buildRunConfig(input: {
 
 /**
  * sha256 of the canonical JSON of the config, leaving out what may change on resume (runId,
- * concurrency) and the task selection: the tasks it picked are hashed, so a selection that picks
+ * concurrency, pricing, budgets) and the task selection: the tasks it picked are hashed, so a selection that picks
  * other tasks is a change, and runs stored before the selection was recorded keep their hash.
  * The tasks' origins are left out too: the task hashes pin their content already.
  */
 export function configHash(config: RunConfig): string {
-  // Pins and regradeOf record what ran, they do not choose it.
-  const { runId: _runId, concurrency: _concurrency, selection: _selection, origins: _origins, pins: _pins, regradeOf: _regradeOf, ...rest } = config;
+  // Pins and regradeOf record what ran, they do not choose it; prices and budgets are outside it
+  // too: a resume may raise a budget, and prices are data.
+  const { runId: _runId, concurrency: _concurrency, selection: _selection, origins: _origins, pins: _pins, regradeOf: _regradeOf, pricing: _pricing, budget: _budget, ...rest } = config;
   return createHash("sha256").update(stringify(rest) ?? "").digest("hex");
 }
 

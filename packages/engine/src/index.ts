@@ -1,5 +1,5 @@
 export { startRun } from "./run";
-export type { RunOptions, RunHandle, DispatchContext, TrialDispatch, RegradeSource } from "./run";
+export type { RunOptions, RunHandle, RunBudget, DispatchContext, TrialDispatch, RegradeSource } from "./run";
 export { planRegrade } from "./regrade";
 export { retrySelector, RETRY_KINDS } from "./retry-select";
 export type { RegradePlan } from "./regrade";

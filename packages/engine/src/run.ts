@@ -1,9 +1,9 @@
 import { closeSync, existsSync, openSync, readSync, statSync } from "node:fs";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
-import { createAgent, RunFatalAgentError, type Agent } from "@proctor/agents";
+import { createAgent, PRICE_LIBRARY, RunFatalAgentError, type Agent } from "@proctor/agents";
 import { EventBus, JsonlSink, readJsonl } from "@proctor/events";
-import { summarize } from "@proctor/reward";
+import { spending, summarize } from "@proctor/reward";
 import type { ContainerSettings, SandboxRuntime } from "@proctor/sandbox";
 import { checkCompetitionRun, writeCompetitionOutputs } from "./competition-run";
 import { systemClock, type Clock } from "./clock";
@@ -104,6 +104,25 @@ export interface RunOptions {
    * summary stay the same. The dispatcher must have written `trials/<trial-id>/` before resolving.
    */
   dispatch?: TrialDispatch;
+  /**
+   * Run budgets, checked before each trial starts: once the finished trials (earlier sessions'
+   * included) have spent `maxCostUsd` or `maxTokens`, no trial starts; running ones finish
+   * (`onBudget` "finish", the default) or are stopped ("stop", they count as not run), and the run
+   * ends with status "budget_exhausted". `trialMaxCostUsd` stops a model-driven agent whose trial's
+   * model cost passes it. Recorded in run.json, outside its hash: a resume may raise them.
+   */
+  budget?: RunBudget;
+  /** Where prices come from, recorded in run.json and summary.json. Default: the price library and its version. */
+  priceSource?: { name: string; version: string };
+  /** USD per CPU-hour of the trials' sandboxes (`--compute-price`): a trial's cost is then its tokens + its compute. */
+  computeUsdPerCpuHour?: number;
+}
+
+export interface RunBudget {
+  maxCostUsd?: number;
+  maxTokens?: number;
+  trialMaxCostUsd?: number;
+  onBudget?: "finish" | "stop";
 }
 
 /** The run a regrade grades again, and the outputs its trials kept. */
@@ -130,6 +149,10 @@ export interface DispatchContext {
   isolateVerifier: boolean | null;
   grading: "fresh" | "shared" | null;
   limits: RunLimits;
+  /** `--trial-max-cost`: a model-driven agent stops once its trial's model cost passes this (USD). */
+  maxCostUsd?: number;
+  /** `--compute-price`: USD per CPU-hour of the trial's sandboxes. */
+  computeUsdPerCpuHour?: number;
   emit: (body: EventBody) => void;
   signal: AbortSignal;
   logger: Logger;
@@ -257,7 +280,12 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
   // Pins and regradeOf are recorded, not hashed: a resume by a newer Proctor is still the same run.
   let pins = startPins(config, options.proctorVersion ?? ENGINE_VERSION);
   if (regrade?.pins) pins = { ...pins, agent: regrade.pins.agent, model: regrade.pins.model };
-  const stored = { ...config, pins, ...(regrade ? { regradeOf: regrade.runId } : {}) };
+  const priceSource = options.priceSource ?? { ...PRICE_LIBRARY };
+  const budget = options.budget ?? {};
+  const budgeted = budget.maxCostUsd !== undefined || budget.maxTokens !== undefined || budget.trialMaxCostUsd !== undefined;
+  // Outside the hash (configHash leaves them out): what prices the run, and its budgets as last started.
+  const pricing = { source: priceSource, ...(options.computeUsdPerCpuHour !== undefined ? { computeUsdPerCpuHour: options.computeUsdPerCpuHour } : {}) };
+  const stored = { ...config, pins, ...(regrade ? { regradeOf: regrade.runId } : {}), pricing, ...(budgeted ? { budget: { ...budget } } : {}) };
 
   let finished: TrialResult[] = [];
   let startedAt = new Date().toISOString();
@@ -271,7 +299,8 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
     startedAt = (await previousStart(runDir)) ?? startedAt;
     // Pins recorded when the run started stay (a run made before pins gets them now).
     if (storedConfig.pins) pins = storedConfig.pins;
-    else await writeJsonAtomic(runJsonPath, { ...storedConfig, pins });
+    // A resume may change the budgets (e.g. raise --max-cost to finish the run): record the new ones.
+    await writeJsonAtomic(runJsonPath, { ...storedConfig, pins, pricing: { ...(storedConfig.pricing ?? pricing), ...(options.computeUsdPerCpuHour !== undefined ? { computeUsdPerCpuHour: options.computeUsdPerCpuHour } : {}) }, ...(budgeted ? { budget: { ...budget } } : {}) });
   } else {
     if (existsSync(runJsonPath)) {
       throw new RunDirectoryError(`${runDir} already holds a run (run.json exists); resume it or use another run directory`, runDir);
@@ -305,8 +334,32 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
   const plannedTrials = regrade ? regraded : options.tasks.length * options.attempts;
   const results = [...latest.values()];
   const writes = new SerialQueue();
+  // Which run budget stopped new trials from starting (null while none has).
+  let exhausted: string | null = null;
+  const onBudget = budget.onBudget ?? "finish";
+  const runBudgeted = budget.maxCostUsd !== undefined || budget.maxTokens !== undefined;
+  // Summed again only when a trial has finished since (a trial start between finishes costs nothing).
+  let spentAt = -1;
+  const budgetNow = () => {
+    if (exhausted || !runBudgeted || spentAt === results.length) return exhausted;
+    spentAt = results.length;
+    const spent = spending(results);
+    if (budget.maxCostUsd !== undefined && spent.usd >= budget.maxCostUsd) exhausted = `--max-cost $${budget.maxCostUsd}: the finished trials cost $${spent.usd.toFixed(4)}`;
+    else if (budget.maxTokens !== undefined && spent.tokens >= budget.maxTokens) exhausted = `--max-tokens ${budget.maxTokens}: the finished trials used ${spent.tokens} tokens`;
+    return exhausted;
+  };
   const summaryNow = (status: RunSummary["status"]): RunSummary => ({
-    ...summarize({ runId, results, plannedTrials, attempts: options.attempts, startedAt, now: new Date(), status }),
+    ...summarize({
+      runId,
+      results,
+      plannedTrials,
+      attempts: options.attempts,
+      startedAt,
+      now: new Date(),
+      status,
+      priceSource,
+      ...(budgeted ? { budget: { ...budget, onBudget, exhausted: status === "budget_exhausted" ? exhausted : null } } : {}),
+    }),
     pins: withTrialPins(pins, results),
     ...(regrade ? { regradeOf: regrade.runId } : {}),
   });
@@ -317,6 +370,10 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
   options.signal?.addEventListener("abort", onAbort, { once: true });
   if (options.signal?.aborted) controller.abort(options.signal.reason);
   const signal = controller.signal;
+  // --on-budget stop aborts the running trials through this, and only them: the run itself ends budget_exhausted.
+  const budgetStop = new AbortController();
+  const trialSignal = AbortSignal.any([signal, budgetStop.signal]);
+  let running = 0;
 
   const trialEnv: TrialEnvironment = {
     runId,
@@ -338,6 +395,8 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
     upcomingTrials: () => plan.length,
     ...(options.keepOutputsBytes !== undefined ? { keepOutputsBytes: options.keepOutputsBytes } : {}),
     ...(regrade ? { restore: (trialId: string) => regrade.trials.get(trialId) ?? null } : {}),
+    ...(budget.trialMaxCostUsd !== undefined ? { maxCostUsd: budget.trialMaxCostUsd } : {}),
+    ...(options.computeUsdPerCpuHour !== undefined ? { computeUsdPerCpuHour: options.computeUsdPerCpuHour } : {}),
   };
 
   // summary.json is rewritten as trials finish, at most once per SUMMARY_EVERY_MS: summarizing reads
@@ -377,6 +436,11 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
       await writeCompetitionOutputs(runDir, { runId, agent: agent.name, createdAt: startedAt }, results);
       await rewriteSummary();
       bus.emit({ type: "trial_finished", trialId: result.trialId, taskId: result.taskId, data: result });
+      // --on-budget stop: the trials still running when a run budget is spent are stopped (not run).
+      if (onBudget === "stop" && running > 0 && budgetNow() && !signal.aborted) {
+        logger.info("run budget spent: stopping the running trials", { runId, budget: exhausted });
+        budgetStop.abort(new Error(`run budget spent: ${exhausted}`));
+      }
     });
 
   let modelProxy: Awaited<ReturnType<typeof startRunModelProxy>> = null;
@@ -408,6 +472,8 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
       isolateVerifier: options.isolateVerifier ?? null,
       grading: options.grading ?? null,
       limits,
+      ...(budget.trialMaxCostUsd !== undefined ? { maxCostUsd: budget.trialMaxCostUsd } : {}),
+      ...(options.computeUsdPerCpuHour !== undefined ? { computeUsdPerCpuHour: options.computeUsdPerCpuHour } : {}),
       emit: trialEnv.emit,
       signal,
       logger,
@@ -416,13 +482,18 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
     let fatal: unknown = null;
     const worker = async () => {
       for (;;) {
-        if (signal.aborted) return;
+        if (signal.aborted || budgetStop.signal.aborted) return;
+        if (plan.length === 0) return;
+        // Run budgets are checked before each trial starts: at the limit, no new trial starts.
+        if (budgetNow()) return;
         const next = plan.shift();
         if (!next) return;
+        running++;
         try {
           const result = dispatch
-            ? await dispatch({ task: next.task, attempt: next.attempt, trialId: trialIdOf(next.task.id, next.attempt) }, dispatchContext)
-            : await runTrial(next.task, next.attempt, trialEnv, signal);
+            ? await dispatch({ task: next.task, attempt: next.attempt, trialId: trialIdOf(next.task.id, next.attempt) }, { ...dispatchContext, signal: trialSignal })
+            : await runTrial(next.task, next.attempt, trialEnv, trialSignal);
+          running--;
           if (result) await record(result).catch((error: unknown) => {
             throw new RunStorageError(runDir, error);
           });
@@ -434,14 +505,16 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
         }
       }
     };
-    const lanes = dispatch ? plan.length : options.concurrency;
+    // Handed to a dispatcher all at once, trials would all start before any budget is spent: with a budget, dispatch -n at a time.
+    const lanes = dispatch && !runBudgeted ? plan.length : options.concurrency;
     await Promise.all(Array.from({ length: Math.min(lanes, Math.max(plan.length, 1)) }, worker));
     if (fatal) throw fatal;
 
     const interrupted = options.signal?.aborted === true && results.length < plannedTrials;
+    const stoppedAtBudget = !interrupted && exhausted !== null && latestCount(results) < plannedTrials;
     finalizeSummary();
     if (summaryError) throw new RunStorageError(runDir, summaryError);
-    const summary = summaryNow(interrupted ? "interrupted" : "completed");
+    const summary = summaryNow(interrupted ? "interrupted" : stoppedAtBudget ? "budget_exhausted" : "completed");
     await writes.run(() => writeJsonAtomic(summaryPath, summary));
     bus.emit({ type: "run_finished", data: summary });
     logger.info("run finished", { runId, status: summary.status, passed: summary.trials.passed, total: summary.trials.total });
@@ -473,6 +546,11 @@ async function executeLocked(options: RunOptions & { runDir: string; timeoutMult
       closing.catch((error: unknown) => logger.error("closing a run file failed", { runId, error: error instanceof Error ? error.message : String(error) })),
     ));
   }
+}
+
+/** Trials with a result (a resume's repeated trial counted once). */
+function latestCount(results: readonly TrialResult[]): number {
+  return new Set(results.map((r) => r.trialId)).size;
 }
 
 function isAgentObject(agent: AgentSpec | Agent): agent is Agent {

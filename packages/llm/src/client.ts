@@ -70,7 +70,7 @@ const CompletionWire = z.object({
     .object({
       prompt_tokens: z.number().optional(),
       completion_tokens: z.number().optional(),
-      prompt_tokens_details: z.object({ cached_tokens: z.number().optional() }).nullable().optional(),
+      prompt_tokens_details: z.object({ cached_tokens: z.number().optional(), cache_write_tokens: z.number().optional() }).nullable().optional(),
     })
     .nullable()
     .optional(),
@@ -253,6 +253,8 @@ export class OpenAIChatModel implements ChatModel {
     }));
     const usage = parsed.data.usage;
     const cached = usage?.prompt_tokens_details?.cached_tokens;
+    // Cache writes as OpenRouter reports them (Anthropic models behind a Chat Completions endpoint).
+    const written = usage?.prompt_tokens_details?.cache_write_tokens;
     return {
       message: {
         role: "assistant",
@@ -265,6 +267,7 @@ export class OpenAIChatModel implements ChatModel {
         inputTokens: usage?.prompt_tokens ?? 0,
         outputTokens: usage?.completion_tokens ?? 0,
         ...(cached !== undefined ? { cachedTokens: cached } : {}),
+        ...(written !== undefined && written > 0 ? { cacheWriteTokens: written } : {}),
       },
       ...(parsed.data.id ? { id: parsed.data.id } : {}),
     };

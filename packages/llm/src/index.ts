@@ -22,3 +22,5 @@ export {
   LlmResponseError,
   LlmUnreachableError,
 } from "./errors";
+export type { TokenCounts, FlatPrices, PriceSource, PriceResult } from "./pricing";
+export { PRICE_LIBRARY, CostMeter, priceRequest, isPriced, flatCost, roundUsd } from "./pricing";

@@ -15,6 +15,10 @@ export interface ModelProxySessionOptions {
   label?: string;
   /** Recorded in the trajectory's `agent` (e.g. "codex", "0.171.0"). */
   agent?: { name: string; version?: string };
+  /** Refuse requests once the session's model cost passes this many USD (needs `priceRequest`). */
+  maxCostUsd?: number;
+  /** Prices one exchange's usage in USD (null: unpriced); the session sums it for `maxCostUsd`. */
+  priceRequest?: (usage: { inputTokens: number; outputTokens: number; cacheReadTokens: number; cacheWriteTokens: number }) => number | null;
 }
 
 /** Usage of one session, shaped like result.json `agent.usage`. */
@@ -95,6 +99,8 @@ export class Session implements ModelProxySession {
   readonly stopped: AbortSignal = this.stop.signal;
   readonly steps: TrajectoryStep[] = [];
   readonly totals = { inputTokens: 0, outputTokens: 0, cacheRead: 0, cacheWrite: 0, requests: 0, retries: 0, forwarded: 0, refused: 0, countTokens: 0 };
+  /** The model cost so far in USD (priced exchanges only; see options.priceRequest). */
+  costUsd = 0;
   /** Per conversation (keyed by its first item), the items of its last request: conversations grow by appending. */
   private readonly conversations = new Map<string, string[]>();
 
@@ -120,6 +126,10 @@ export class Session implements ModelProxySession {
     }
     if (budgetRequests !== undefined && this.totals.forwarded >= budgetRequests) {
       return `model budget exceeded: this trial made ${this.totals.forwarded} of its ${budgetRequests} model requests (--llm-budget-requests); no more model requests are served`;
+    }
+    const { maxCostUsd } = this.options;
+    if (maxCostUsd !== undefined && this.costUsd > maxCostUsd) {
+      return `model budget exceeded: this trial's model cost $${this.costUsd.toFixed(4)} passed its limit of $${maxCostUsd} (--trial-max-cost); no more model requests are served`;
     }
     return null;
   }
@@ -190,6 +200,7 @@ export class Session implements ModelProxySession {
       this.totals.outputTokens += usage.output;
       this.totals.cacheRead += usage.cacheRead;
       this.totals.cacheWrite += usage.cacheWrite;
+      this.costUsd += this.options.priceRequest?.({ inputTokens: usage.input, outputTokens: usage.output, cacheReadTokens: usage.cacheRead, cacheWriteTokens: usage.cacheWrite }) ?? 0;
     }
     this.push({
       source: "agent",

@@ -21,6 +21,8 @@ export interface ScriptedUsage {
   completionTokens: number;
   /** Of promptTokens, served from the cache. Default 0. */
   cachedTokens?: number;
+  /** Of promptTokens, written to the cache (Anthropic's cache_creation_input_tokens; Chat Completions' prompt_tokens_details.cache_write_tokens). Default 0. */
+  cacheWriteTokens?: number;
 }
 
 export interface ScriptedRequest {
@@ -95,9 +97,10 @@ function textOf(content: unknown): string {
 function streamEvents(protocol: WireProtocol, model: string, id: number, reply: Answer, calls: Call[] | undefined, usage: ScriptedUsage, includeChatUsage: boolean): string[] {
   const sse = (type: string | null, data: unknown) => `${type ? `event: ${type}\n` : ""}data: ${typeof data === "string" ? data : JSON.stringify(data)}\n\n`;
   const cached = usage.cachedTokens ?? 0;
+  const written = usage.cacheWriteTokens ?? 0;
   const text = reply.content ?? "";
   if (protocol === "anthropic-messages") {
-    const events = [sse("message_start", { type: "message_start", message: { id: `msg_${id}`, type: "message", role: "assistant", model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: usage.promptTokens - cached, cache_read_input_tokens: cached, cache_creation_input_tokens: 0, output_tokens: 1 } } })];
+    const events = [sse("message_start", { type: "message_start", message: { id: `msg_${id}`, type: "message", role: "assistant", model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: usage.promptTokens - cached - written, cache_read_input_tokens: cached, cache_creation_input_tokens: written, output_tokens: 1 } } })];
     let index = 0;
     if (text !== "") {
       events.push(sse("content_block_start", { type: "content_block_start", index, content_block: { type: "text", text: "" } }));
@@ -142,7 +145,7 @@ function streamEvents(protocol: WireProtocol, model: string, id: number, reply: 
   });
   events.push(sse(null, chunk({}, calls ? "tool_calls" : ("finishReason" in reply && reply.finishReason) || "stop")));
   if (includeChatUsage) {
-    events.push(sse(null, { id: `chatcmpl-${id}`, object: "chat.completion.chunk", created: Math.floor(Date.now() / 1000), model, choices: [], usage: { prompt_tokens: usage.promptTokens, completion_tokens: usage.completionTokens, total_tokens: usage.promptTokens + usage.completionTokens, prompt_tokens_details: { cached_tokens: cached } } }));
+    events.push(sse(null, { id: `chatcmpl-${id}`, object: "chat.completion.chunk", created: Math.floor(Date.now() / 1000), model, choices: [], usage: { prompt_tokens: usage.promptTokens, completion_tokens: usage.completionTokens, total_tokens: usage.promptTokens + usage.completionTokens, prompt_tokens_details: { cached_tokens: cached, ...(written > 0 ? { cache_write_tokens: written } : {}) } } }));
   }
   events.push(sse(null, "[DONE]"));
   return events;
@@ -151,6 +154,7 @@ function streamEvents(protocol: WireProtocol, model: string, id: number, reply: 
 /** A whole (non-streamed) answer body in the protocol's format. */
 function jsonAnswer(protocol: WireProtocol, model: string, id: number, reply: Answer, calls: Call[] | undefined, usage: ScriptedUsage): unknown {
   const cached = usage.cachedTokens ?? 0;
+  const written = usage.cacheWriteTokens ?? 0;
   const text = reply.content ?? "";
   if (protocol === "anthropic-messages") {
     return {
@@ -161,7 +165,7 @@ function jsonAnswer(protocol: WireProtocol, model: string, id: number, reply: An
       content: [...(text !== "" ? [{ type: "text", text }] : []), ...(calls ?? []).map((c) => ({ type: "tool_use", id: c.id, name: c.name, input: JSON.parse(c.arguments) as unknown }))],
       stop_reason: calls ? "tool_use" : "end_turn",
       stop_sequence: null,
-      usage: { input_tokens: usage.promptTokens - cached, cache_read_input_tokens: cached, cache_creation_input_tokens: 0, output_tokens: usage.completionTokens },
+      usage: { input_tokens: usage.promptTokens - cached - written, cache_read_input_tokens: cached, cache_creation_input_tokens: written, output_tokens: usage.completionTokens },
     };
   }
   if (protocol === "openai-responses") {
@@ -189,7 +193,7 @@ function jsonAnswer(protocol: WireProtocol, model: string, id: number, reply: An
         finish_reason: calls ? "tool_calls" : ("finishReason" in reply && reply.finishReason) || "stop",
       },
     ],
-    usage: { prompt_tokens: usage.promptTokens, completion_tokens: usage.completionTokens, total_tokens: usage.promptTokens + usage.completionTokens, ...(cached > 0 ? { prompt_tokens_details: { cached_tokens: cached } } : {}) },
+    usage: { prompt_tokens: usage.promptTokens, completion_tokens: usage.completionTokens, total_tokens: usage.promptTokens + usage.completionTokens, ...(cached > 0 || written > 0 ? { prompt_tokens_details: { cached_tokens: cached, ...(written > 0 ? { cache_write_tokens: written } : {}) } } : {}) },
   };
 }
 

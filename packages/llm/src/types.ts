@@ -33,6 +33,8 @@ export interface TokenUsage {
   outputTokens: number;
   /** Prompt tokens the server served from its cache, when it says. */
   cachedTokens?: number;
+  /** Prompt tokens the server wrote to its cache, when it says (OpenRouter's prompt_tokens_details.cache_write_tokens). */
+  cacheWriteTokens?: number;
 }
 
 export interface ChatCompletion {

@@ -141,7 +141,7 @@ function usageOf(protocol: WireProtocol, raw: unknown): WireUsage | null {
     return { input: num(raw.input_tokens), output: num(raw.output_tokens), cacheRead: num(details.cached_tokens), cacheWrite: 0 };
   }
   const details = isObject(raw.prompt_tokens_details) ? raw.prompt_tokens_details : {};
-  return { input: num(raw.prompt_tokens), output: num(raw.completion_tokens), cacheRead: num(details.cached_tokens), cacheWrite: 0 };
+  return { input: num(raw.prompt_tokens), output: num(raw.completion_tokens), cacheRead: num(details.cached_tokens), cacheWrite: num(details.cache_write_tokens) };
 }
 
 const emptyReply = (): WireReply => ({ text: "", reasoning: "", toolCalls: [], usage: null, stopReason: null });

@@ -176,6 +176,8 @@ export class QueueDispatcher {
       isolateVerifier: ctx.isolateVerifier,
       grading: ctx.grading,
       limits: { ...ctx.limits },
+      ...(ctx.maxCostUsd !== undefined ? { maxCostUsd: ctx.maxCostUsd } : {}),
+      ...(ctx.computeUsdPerCpuHour !== undefined ? { computeUsdPerCpuHour: ctx.computeUsdPerCpuHour } : {}),
     };
     await this.ready;
     return publishSpec(this.redis, this.prefix, record);

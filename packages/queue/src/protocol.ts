@@ -46,6 +46,10 @@ export const RunContext = z.object({
   isolateVerifier: z.boolean().nullable(),
   grading: z.enum(["fresh", "shared"]).nullable().default(null),
   limits: z.object({ defaults: Limits.optional(), max: Limits.optional(), logBytes: z.number().optional() }),
+  /** `--trial-max-cost` (USD): a model-driven agent stops once its trial's model cost passes it. */
+  maxCostUsd: z.number().positive().optional(),
+  /** `--compute-price`: USD per CPU-hour of a trial's sandboxes. */
+  computeUsdPerCpuHour: z.number().nonnegative().optional(),
 });
 export type RunContext = z.infer<typeof RunContext>;
 

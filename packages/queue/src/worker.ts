@@ -295,6 +295,8 @@ export async function startWorker(options: QueueWorkerOptions): Promise<QueueWor
         limits: options.defaultLimits ? { ...context.limits, defaults: { ...options.defaultLimits, ...definedOnly(context.limits.defaults) } } : context.limits,
         isolateVerifier: context.isolateVerifier,
         grading: context.grading,
+        ...(context.maxCostUsd !== undefined ? { maxCostUsd: context.maxCostUsd } : {}),
+        ...(context.computeUsdPerCpuHour !== undefined ? { computeUsdPerCpuHour: context.computeUsdPerCpuHour } : {}),
       };
       const result = await runTrial(task, data.attempt, env, stop.signal);
       if (!result) throw new Error(`worker ${name} was stopped before trial ${data.trialId} finished`);

@@ -1,5 +1,6 @@
 import type { ComparisonReport, FlakyReport, RunReport } from "./model";
-import { categoryRows, competitionRows, fixed, flakyRows, flakySummary, formatDuration, percent, percentInterval, pValue, taskRows } from "./text";
+import { categoryRows, competitionRows, fixed, flakyRows, flakySummary, formatDuration, percent, percentInterval, pValue, taskCost, taskRows } from "./text";
+import { describeCost } from "./cost";
 
 export function htmlEscape(text: string): string {
   return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;").replace(/'/g, "&#39;");
@@ -42,6 +43,8 @@ function runSection(r: RunReport): string {
   if (r.passAtK.length > 0) facts.push(["pass@k", r.passAtK.map((p) => `pass@${p.k} ${percent(p.value)} (${p.tasks} tasks)`).join(", ") + " — unbiased estimator"]);
   const errors = Object.entries(r.errorsByKind);
   if (errors.length > 0) facts.push(["errors", errors.map(([k, n]) => `${k} ${n}`).join(", ")]);
+  if (r.cost) facts.push(["cost", describeCost(r.cost)]);
+  if (r.budget?.exhausted) facts.push(["budget", `spent (${r.budget.exhausted}): ${r.budget.notRun} trial(s) not run, not counted as failures`]);
   const comp = r.competitions.totals;
   if (comp) facts.push(["any medal", `${percent(comp.anyMedal.rate)}${comp.anyMedal.sem !== null ? ` ± ${percent(comp.anyMedal.sem)} SEM over ${comp.anyMedal.seeds} seeds` : ""} (${comp.trials} ${comp.anyMedal.of})`]);
   const parts = [
@@ -51,7 +54,9 @@ function runSection(r: RunReport): string {
     `<h3>By category</h3>`,
     table(["category", "trials", "passed", "failed", "errored", "pass rate"], categoryRows(r), new Set([1, 2, 3, 4, 5])),
     `<h3>Tasks</h3>`,
-    table(["task", "attempts", "passed", "pass rate", "mean reward"], taskRows(r), new Set([1, 2, 3, 4])),
+    r.cost
+      ? table(["task", "attempts", "passed", "pass rate", "mean reward", "cost"], taskRows(r).map((row, i) => [...row, taskCost(r, r.tasks[i]?.taskId ?? "")]), new Set([1, 2, 3, 4, 5]))
+      : table(["task", "attempts", "passed", "pass rate", "mean reward"], taskRows(r), new Set([1, 2, 3, 4])),
   ];
   if (r.problems.length > 0) {
     parts.push(`<h3>Failed, errored and flagged trials (${r.problems.length})</h3>`);

@@ -1,7 +1,8 @@
-import { isCleanPass, type TrialResult } from "@proctor/schema";
+import { isCleanPass, type RunBudgetState, type RunCost, type TrialResult } from "@proctor/schema";
 import {
   bootstrapMeanCI,
   compareRuns,
+  costSummary,
   flakyTasks,
   meanOverTasks,
   passAtKTable,
@@ -65,6 +66,10 @@ export interface RunReport {
   problems: Problem[];
   /** Competition tasks: per-competition score and medals, and the any-medal rate ± SEM over seeds. */
   competitions: { rows: CompetitionRow[]; totals: CompetitionTotals | null };
+  /** What the trials cost (model tokens + compute) per run, task and pass; null when nothing was priced (no model usage, no compute price). */
+  cost: RunCost | null;
+  /** The run's budgets, what is spent and whether one stopped the run; null without a budget. */
+  budget: RunBudgetState | null;
 }
 
 export interface ComparisonReport {
@@ -169,6 +174,8 @@ export function buildRunReport(run: LoadedRun, options: { seed?: number; resampl
     tasks,
     problems: problemsOf(run.results, run.firstFailures),
     competitions: competitionReport(run.results),
+    cost: run.results.some((r) => r.agent?.usage || r.compute?.costUsd !== undefined) ? costSummary(run.results, run.config?.pricing?.source ?? s.cost?.source ?? null) : null,
+    budget: s.budget ?? null,
   };
 }
 

@@ -1,4 +1,5 @@
 import type { GroupSummary, RunSummary } from "@proctor/schema";
+import { describeCost } from "./cost";
 import { formatDuration, percent, textTable } from "./text";
 
 function groupRow(name: string, g: GroupSummary): string[] {
@@ -41,10 +42,33 @@ export function renderRunSummary(summary: RunSummary): string {
     const u = summary.usage;
     const n = (x: number) => x.toLocaleString("en-US");
     lines.push(`tokens         ${n(u.inputTokens)} in, ${n(u.outputTokens)} out (${n(u.requests)} model requests, ${n(u.retries)} retried, over ${u.trials} trials)`);
-    if (u.costUsd !== undefined) lines.push(`cost           $${u.costUsd.toFixed(4)} (from the price table, over ${u.trials} trials)`);
+    if (!summary.cost && u.costUsd !== undefined) lines.push(`cost           $${u.costUsd.toFixed(4)} (from the price table, over ${u.trials} trials)`);
+  }
+  const cost = costLine(summary);
+  if (cost) lines.push(`cost           ${cost}`);
+  const budget = summary.budget;
+  if (budget) {
+    const limits = [
+      budget.maxCostUsd !== undefined ? `--max-cost $${budget.maxCostUsd}` : null,
+      budget.maxTokens !== undefined ? `--max-tokens ${budget.maxTokens.toLocaleString("en-US")}` : null,
+      budget.trialMaxCostUsd !== undefined ? `--trial-max-cost $${budget.trialMaxCostUsd}` : null,
+    ].filter(Boolean);
+    const spent = `$${budget.spentUsd.toFixed(4)} and ${budget.spentTokens.toLocaleString("en-US")} tokens spent`;
+    lines.push(`budget         ${limits.join(", ")}: ${spent}${budget.exhausted ? `; spent (${budget.exhausted}): ${budget.notRun} trial(s) not run, resume with a higher budget` : ""}`);
   }
   if (summary.error) lines.push(`stopped        ${summary.error}`);
-  if (t.total < t.planned) lines.push(`unfinished     ${t.planned - t.total} of ${t.planned} planned trials`);
+  if (t.total < t.planned) lines.push(`unfinished     ${t.planned - t.total} of ${t.planned} planned trials${summary.status === "budget_exhausted" ? " not run (budget spent; not counted as failures)" : ""}`);
   lines.push(`status         ${summary.status} in ${formatDuration(summary.durationMs)}`);
   return lines.join("\n");
+}
+
+/**
+ * The run's cost in one line (null for a run with nothing to price: no model usage, no compute
+ * price): the total with its parts, per trial and per pass, and where the
+ * prices come from; trials without a price are counted apart, never as $0.
+ */
+function costLine(summary: RunSummary): string | null {
+  const c = summary.cost;
+  if (!c || (!summary.usage && c.computeUsd === null)) return null;
+  return describeCost(c);
 }

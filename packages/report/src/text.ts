@@ -1,5 +1,6 @@
 import type { Interval } from "@proctor/reward";
 import type { ComparisonReport, FlakyReport, RunReport } from "./model";
+import { describeCost, usd } from "./cost";
 
 /** `text` whole when it fits in `max` characters, else cut at the last word that fits, with "..." (never mid-word, unless one word is longer than half of `max`). */
 export function clipAtWord(text: string, max: number): string {
@@ -75,7 +76,17 @@ function headline(r: RunReport): string[] {
   if (r.passAtK.length > 0) lines.push(`pass@k         ${r.passAtK.map((p) => `pass@${p.k} ${percent(p.value)} (${p.tasks} tasks)`).join("  ")} — unbiased estimator`);
   const errors = Object.entries(r.errorsByKind);
   if (errors.length > 0) lines.push(`errors         ${errors.map(([k, n]) => `${k} ${n}`).join(", ")}`);
+  if (r.cost) lines.push(`cost           ${describeCost(r.cost)}`);
+  if (r.budget?.exhausted) lines.push(`budget         spent (${r.budget.exhausted}): ${r.budget.notRun} trial(s) not run, not counted as failures`);
   return lines;
+}
+
+/** The by-task table's cost cell: the task's priced trials' cost, and how many are unpriced. */
+export function taskCost(r: RunReport, taskId: string): string {
+  const c = r.cost?.byTask[taskId];
+  if (!c) return "-";
+  const unpriced = c.unpriced > 0 ? `${c.unpriced} unpriced` : "";
+  return [c.usd !== null ? usd(c.usd) : "", unpriced].filter(Boolean).join(" + ") || "-";
 }
 
 export function categoryRows(r: RunReport): string[][] {
@@ -122,7 +133,8 @@ function runSections(r: RunReport, table: Table, heading: (s: string) => string)
   const out = [...headline(r).map((l) => (table === mdTable ? `- ${l.replace(/^(\S+(?: \S+)?)\s{2,}/, "**$1** ")}` : l)), ""];
   if (r.competitions.totals) out.push(...competitionSections(r, table, heading));
   out.push(heading("By category"), table(["category", "trials", "passed", "failed", "errored", "pass rate"], categoryRows(r)), "");
-  out.push(heading(`By task (${r.tasks.length})`), table(["task", "attempts", "passed", "pass rate", "mean reward"], taskRows(r)), "");
+  const costed = r.cost !== null;
+  out.push(heading(`By task (${r.tasks.length})`), table(["task", "attempts", "passed", "pass rate", "mean reward", ...(costed ? ["cost"] : [])], taskRows(r).map((row, i) => (costed ? [...row, taskCost(r, r.tasks[i]?.taskId ?? "")] : row))), "");
   if (r.problems.length > 0) {
     out.push(heading(`Failed, errored and flagged trials (${r.problems.length})`));
     out.push(table(["trial", "status", "error kind", "reason", "verifier log"], problemRows(r)), "");

@@ -1,7 +1,7 @@
 export { RewardError, MissingRewardError, GarbledRewardError, NoTestsToGradeError, noRewardMessage, stderrReason } from "./errors";
 export { parseReward, isPass } from "./parse";
 export type { RewardFiles, ParsedReward } from "./parse";
-export { summarize, passAtK, latestResults, scoredReward, UNCATEGORIZED, UNKNOWN_DIFFICULTY } from "./summary";
+export { summarize, passAtK, latestResults, scoredReward, spending, trialCostUsd, costSummary, UNCATEGORIZED, UNKNOWN_DIFFICULTY } from "./summary";
 export type { SummarizeInput } from "./summary";
 export { passAtKEstimate, mean, standardError } from "./stats";
 export { parsePytestLog, gradeTests, testPassed } from "./pytest";

@@ -1,4 +1,4 @@
-import { isCleanPass, type GroupSummary, type Rate, type RunSummary, type TrialResult } from "@proctor/schema";
+import { isCleanPass, type CostGroup, type GroupSummary, type Rate, type RunBudgetState, type RunCost, type RunSummary, type TrialResult } from "@proctor/schema";
 import { mean, passAtKEstimate, standardError } from "./stats";
 
 export interface SummarizeInput {
@@ -12,6 +12,10 @@ export interface SummarizeInput {
   startedAt: string | Date;
   now: string | Date;
   status: RunSummary["status"];
+  /** Where the run's prices come from (run.json `pricing.source`); summary.json's `cost` records it. */
+  priceSource?: { name: string; version: string } | null;
+  /** The run's budgets and which one stopped it (null: none yet); summary.json's `budget` adds what is spent. */
+  budget?: Pick<RunBudgetState, "maxCostUsd" | "maxTokens" | "trialMaxCostUsd" | "onBudget" | "exhausted">;
 }
 
 export const UNCATEGORIZED = "uncategorized";
@@ -135,6 +139,103 @@ function usageTotals(results: readonly TrialResult[]): Pick<RunSummary, "usage">
   };
 }
 
+const round6 = (usd: number) => Math.round(usd * 1e6) / 1e6;
+
+/**
+ * What one trial cost in USD (model tokens + sandbox compute), or null when its model usage has no
+ * price. A trial without model usage (oracle, nop, a code agent with no model) costs its compute.
+ */
+export function trialCostUsd(result: TrialResult): number | null {
+  const usage = result.agent?.usage;
+  if (usage && usage.costUsd === undefined && (usage.inputTokens > 0 || usage.outputTokens > 0)) return null;
+  return round6((usage?.costUsd ?? 0) + (result.compute?.costUsd ?? 0));
+}
+
+/** Model tokens (input + output) one trial used. */
+function trialTokens(result: TrialResult): number {
+  const usage = result.agent?.usage;
+  return usage ? usage.inputTokens + usage.outputTokens : 0;
+}
+
+/** What a run's trials spent against its budgets: USD over priced trials, and tokens. */
+export function spending(results: readonly TrialResult[]): { usd: number; tokens: number } {
+  let usd = 0;
+  let tokens = 0;
+  for (const r of latestResults(results)) {
+    usd += trialCostUsd(r) ?? 0;
+    tokens += trialTokens(r);
+  }
+  return { usd: round6(usd), tokens };
+}
+
+/** summary.json's `cost`: per run, per task and per pass, with the trials that have no price counted apart. */
+export function costSummary(results: readonly TrialResult[], source: RunCost["source"]): RunCost {
+  let tokensUsd = 0;
+  let computeUsd = 0;
+  let cpuSeconds = 0;
+  let measured = false;
+  let computePriced = false;
+  let priced = 0;
+  let passed = 0;
+  const reasons = new Set<string>();
+  const tasks = new Map<string, CostGroup>();
+  for (const r of results) {
+    const cost = trialCostUsd(r);
+    const task = tasks.get(r.taskId) ?? { trials: 0, passed: 0, usd: null, unpriced: 0 };
+    task.trials++;
+    if (isCleanPass(r)) {
+      task.passed++;
+      passed++;
+    }
+    if (r.compute?.cpuSeconds != null) {
+      measured = true;
+      cpuSeconds += r.compute.cpuSeconds;
+    }
+    if (cost === null) {
+      task.unpriced++;
+      const why = r.agent?.usage?.unpriced;
+      if (why && reasons.size < 5) reasons.add(why);
+    } else {
+      priced++;
+      tokensUsd += r.agent?.usage?.costUsd ?? 0;
+      if (r.compute?.costUsd !== undefined) {
+        computePriced = true;
+        computeUsd += r.compute.costUsd;
+      }
+      task.usd = round6((task.usd ?? 0) + cost);
+    }
+    tasks.set(r.taskId, task);
+  }
+  const total = priced > 0 ? round6(tokensUsd + computeUsd) : null;
+  return {
+    source,
+    totalUsd: total,
+    tokensUsd: priced > 0 ? round6(tokensUsd) : null,
+    computeUsd: computePriced ? round6(computeUsd) : null,
+    cpuSeconds: measured ? Math.round(cpuSeconds * 1000) / 1000 : null,
+    pricedTrials: priced,
+    unpricedTrials: results.length - priced,
+    unpricedReasons: [...reasons],
+    perTrialUsd: total !== null && priced > 0 ? round6(total / priced) : null,
+    perPassUsd: total !== null && passed > 0 ? round6(total / passed) : null,
+    byTask: Object.fromEntries([...tasks.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))),
+  };
+}
+
+function budgetState(results: readonly TrialResult[], planned: number, budget: NonNullable<SummarizeInput["budget"]>): RunBudgetState {
+  const spent = spending(results);
+  return {
+    ...(budget.maxCostUsd !== undefined ? { maxCostUsd: budget.maxCostUsd } : {}),
+    ...(budget.maxTokens !== undefined ? { maxTokens: budget.maxTokens } : {}),
+    ...(budget.trialMaxCostUsd !== undefined ? { trialMaxCostUsd: budget.trialMaxCostUsd } : {}),
+    onBudget: budget.onBudget,
+    spentUsd: spent.usd,
+    spentTokens: spent.tokens,
+    exhausted: budget.exhausted,
+    notRun: budget.exhausted ? Math.max(0, planned - results.length) : 0,
+  };
+}
+
 /** Aggregates finished trials into summary.json. Every rate carries its numerator, denominator and what it counts. */
 export function summarize(input: SummarizeInput): RunSummary {
   const results = latestResults(input.results);
@@ -181,6 +282,8 @@ export function summarize(input: SummarizeInput): RunSummary {
       unchecked: results.filter((r) => r.integrity !== undefined && r.integrity !== null && !r.integrity.tamperChecked).length,
     },
     ...usageTotals(results),
+    cost: costSummary(results, input.priceSource ?? null),
+    ...(input.budget ? { budget: budgetState(results, input.plannedTrials, input.budget) } : {}),
     startedAt,
     updatedAt,
     durationMs: Math.max(0, Date.parse(updatedAt) - Date.parse(startedAt)),

@@ -166,7 +166,7 @@ export async function listProcessesOnHost(initPid: number, containerId: string):
  * controller, else the v2 unified one), read from its init's /proc/<pid>/cgroup; null when that
  * path does not name the container (a pid reused by another process).
  */
-export async function containerCgroupDir(initPid: number, containerId: string, controller: "pids" | "memory"): Promise<{ dir: string; v1: boolean } | null> {
+export async function containerCgroupDir(initPid: number, containerId: string, controller: "pids" | "memory" | "cpuacct"): Promise<{ dir: string; v1: boolean } | null> {
   const lines = (await readFile(`/proc/${initPid}/cgroup`, "utf8")).split("\n");
   const v1 = new RegExp(`^\\d+:(?:[^:]*,)?${controller}(?:,[^:]*)?:(.*)$`);
   const v1Path = lines.map((line) => v1.exec(line)?.[1]).find((path) => path !== undefined);

@@ -528,6 +528,32 @@ export class DockerSandbox implements Sandbox {
     }
   }
 
+  /**
+   * CPU-seconds the container's processes have used so far: its cgroup's CPU accounting read on
+   * this host (cpuacct.usage on cgroup v1, cpu.stat usage_usec on v2), else the daemon's one-shot
+   * stats; null once it is halted or gone, or when neither answers.
+   */
+  async cpuSeconds(): Promise<number | null> {
+    if (this.closed || this.halted) return null;
+    try {
+      if (this.initPid === 0) this.learn(await this.container.inspect());
+      const cgroup = this.initPid > 0 ? await containerCgroupDir(this.initPid, this.id, "cpuacct") : null;
+      if (cgroup?.v1) return Number((await readFile(`${cgroup.dir}/cpuacct.usage`, "utf8")).trim()) / 1e9;
+      const usec = cgroup ? /^usage_usec (\d+)$/m.exec(await readFile(`${cgroup.dir}/cpu.stat`, "utf8"))?.[1] : undefined;
+      if (usec !== undefined) return Number(usec) / 1e6;
+    } catch {
+      // not readable from here: ask the daemon
+    }
+    try {
+      const options = { stream: false, "one-shot": true } as { stream: false };
+      const stats = (await this.container.stats(options)) as unknown as { cpu_stats?: { cpu_usage?: { total_usage?: number } } };
+      const ns = stats.cpu_stats?.cpu_usage?.total_usage;
+      return typeof ns === "number" && ns > 0 ? ns / 1e9 : null;
+    } catch {
+      return null;
+    }
+  }
+
   async outOfMemoryKills(): Promise<number> {
     if (this.initPid > 0 && !this.closed) {
       const known = await oomKillsOnHost(this.initPid, this.id);

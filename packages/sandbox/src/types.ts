@@ -357,6 +357,8 @@ export interface Sandbox extends AsyncDisposable {
   changes?(): Promise<FileChange[]>;
   /** capabilities.diskUsage: bytes the sandbox has written on top of its image. */
   diskUsageBytes?(): Promise<number>;
+  /** CPU-seconds the sandbox's processes have used so far (sandbox compute cost); null when it cannot say (halted, gone). */
+  cpuSeconds?(): Promise<number | null>;
   /** capabilities.processes: every live process but the runtime's own and this call's. */
   processes?(): Promise<SandboxProcess[]>;
   /**

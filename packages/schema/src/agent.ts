@@ -6,6 +6,12 @@ import { z } from "zod";
  * request upstream to `baseUrl` as `model` with the key from `$apiKeyEnv` (read in the engine
  * process only, never recorded) and stops the trial at its budget.
  */
+/** Flat prices of one model in USD per million tokens (`--price-table`), used instead of the price library's. Cache prices default to the input price. */
+export const ModelPrices = z
+  .object({ input: z.number().nonnegative(), output: z.number().nonnegative(), cacheRead: z.number().nonnegative().optional(), cacheWrite: z.number().nonnegative().optional() })
+  .strict();
+export type ModelPrices = z.infer<typeof ModelPrices>;
+
 export const ModelProxySpec = z.object({
   model: z.string().min(1),
   baseUrl: z.string().url(),
@@ -16,11 +22,8 @@ export const ModelProxySpec = z.object({
   budgetRequests: z.number().int().positive().optional(),
   /** Most upstream requests in flight at once across the run's trials. */
   llmConcurrency: z.number().int().positive().optional(),
-  /** USD per million tokens of `model` (`--price-table`): usage then carries costUsd. Cache prices default to the input price. */
-  prices: z
-    .object({ input: z.number().nonnegative(), output: z.number().nonnegative(), cacheRead: z.number().nonnegative().optional(), cacheWrite: z.number().nonnegative().optional() })
-    .strict()
-    .optional(),
+  /** USD per million tokens of `model` (`--price-table`), instead of the price library's. */
+  prices: ModelPrices.optional(),
 });
 export type ModelProxySpec = z.infer<typeof ModelProxySpec>;
 
@@ -44,6 +47,8 @@ export const AgentSpec = z.discriminatedUnion("kind", [
     maxOutputTokens: z.number().int().positive().optional(),
     /** Most model requests in flight at once across the run's trials (adaptive below it). */
     llmConcurrency: z.number().int().positive().optional(),
+    /** USD per million tokens of `model` (`--price-table`), instead of the price library's. */
+    prices: ModelPrices.optional(),
   }),
   /**
    * A CLI agent installed once per machine and bound read-only into its sandboxes, talking to

@@ -4,8 +4,9 @@ export {
   DEFAULT_AGENT_TIMEOUT_SEC, DEFAULT_VERIFIER_TIMEOUT_SEC, DEFAULT_BUILD_TIMEOUT_SEC, COMMIT_ID,
 } from "./task";
 export { AgentSpec, ModelProxySpec } from "./agent";
+export type { ModelPrices } from "./agent";
 export { ErrorKind, TrialError, TrialStatus, Phase, PhaseTiming, CheckResult, TrialResult, KeptOutputs, GroupSummary, RunSummary, Integrity, GradingRecord, isCleanPass, SurvivingProcess } from "./result";
-export type { Rate, CompetitionGrading } from "./result";
+export type { Rate, CompetitionGrading, RunCost, RunBudgetState, CostGroup } from "./result";
 export { EventBody } from "./event";
 export type { EventType, ProctorEvent } from "./event";
 export { RunConfig, DEFAULT_TRIAL_LIMITS } from "./run";

@@ -187,8 +187,12 @@ export const TrialResult = z.object({
           cacheReadTokens: z.number().optional(),
           /** Prompt tokens written to the provider's cache (part of inputTokens). */
           cacheWriteTokens: z.number().optional(),
-          /** What the usage cost in USD, from the run's price table (`--price-table`). */
+          /** What the usage cost in USD: each request priced by the price library (or the run's `--price-table`). */
           costUsd: z.number().optional(),
+          /** The price entry used: `<provider>/<model>` of the price library, or "price table". */
+          pricedAs: z.string().optional(),
+          /** Why there is no cost (a model the price library does not know): never read as $0. */
+          unpriced: z.string().optional(),
         })
         .optional(),
     })
@@ -206,6 +210,11 @@ export const TrialResult = z.object({
   outputs: KeptOutputs.optional(),
   /** Queued runs (`--queue`): the worker that ran the trial (its --name, and its host's name). */
   worker: z.object({ name: z.string(), host: z.string() }).optional(),
+  /**
+   * Sandbox compute: CPU-seconds the trial's sandboxes used (null where the runtime cannot say,
+   * e.g. the local runtime), and their cost at the run's `--compute-price` (USD per CPU-hour).
+   */
+  compute: z.object({ cpuSeconds: z.number().nonnegative().nullable(), costUsd: z.number().nonnegative().optional() }).optional(),
 });
 export type TrialResult = z.infer<typeof TrialResult>;
 
@@ -218,6 +227,54 @@ export function isCleanPass(result: Pick<TrialResult, "status" | "integrity">): 
   // counted them: they keep counting.
   return result.status === "passed" && !(result.integrity?.flagged === true && result.integrity.flags !== undefined);
 }
+
+/** Cost of a group of trials. `usd` is null when none of them is priced. */
+export const CostGroup = z.object({
+  trials: z.number().int(),
+  passed: z.number().int(),
+  /** Model tokens + compute, over the priced trials. */
+  usd: z.number().nullable(),
+  /** Trials whose model usage has no price (their tokens are not in `usd`). */
+  unpriced: z.number().int(),
+});
+export type CostGroup = z.infer<typeof CostGroup>;
+
+export const RunCost = z.object({
+  /** Where the prices come from: the price library and its version, or a `--price-table` file. */
+  source: z.object({ name: z.string(), version: z.string() }).nullable(),
+  /** Model tokens + compute over the priced trials; null when no trial is priced. */
+  totalUsd: z.number().nullable(),
+  tokensUsd: z.number().nullable(),
+  /** Sandbox compute at `--compute-price` (null without one). */
+  computeUsd: z.number().nullable(),
+  /** CPU-seconds of the trials' sandboxes where the runtime measured them. */
+  cpuSeconds: z.number().nullable(),
+  pricedTrials: z.number().int(),
+  /** Trials with model usage and no price; why (the first reasons) in `unpricedReasons`. */
+  unpricedTrials: z.number().int(),
+  unpricedReasons: z.array(z.string()),
+  /** totalUsd / priced trials. */
+  perTrialUsd: z.number().nullable(),
+  /** totalUsd / clean passes (null with no pass, or nothing priced). */
+  perPassUsd: z.number().nullable(),
+  byTask: z.record(z.string(), CostGroup),
+});
+export type RunCost = z.infer<typeof RunCost>;
+
+export const RunBudgetState = z.object({
+  maxCostUsd: z.number().positive().optional(),
+  maxTokens: z.number().int().positive().optional(),
+  trialMaxCostUsd: z.number().positive().optional(),
+  /** What happens to running trials at a run budget: "finish" (default) or "stop". */
+  onBudget: z.enum(["finish", "stop"]),
+  spentUsd: z.number(),
+  spentTokens: z.number(),
+  /** Which budget stopped the run, in words; null while none has. */
+  exhausted: z.string().nullable(),
+  /** Planned trials that never ran because of it (not failures). */
+  notRun: z.number().int(),
+});
+export type RunBudgetState = z.infer<typeof RunBudgetState>;
 
 const Rate = z.object({
   /** numerator / denominator, null when the denominator is 0 */
@@ -245,7 +302,8 @@ export type GroupSummary = z.infer<typeof GroupSummary>;
 
 export const RunSummary = z.object({
   runId: z.string(),
-  status: z.enum(["running", "completed", "interrupted", "failed"]),
+  /** budget_exhausted: a run budget (`--max-cost`, `--max-tokens`) was spent and no more trials started; the rest are not run (resume with a higher budget). */
+  status: z.enum(["running", "completed", "interrupted", "failed", "budget_exhausted"]),
   trials: z.object({
     /** planned trials: tasks x attempts */
     planned: z.number().int(),
@@ -296,5 +354,9 @@ export const RunSummary = z.object({
   regradeOf: z.string().optional(),
   /** Why a run with status "failed" stopped (a fatal agent error such as a rejected model key). */
   error: z.string().optional(),
+  /** What the finished trials cost (absent in summaries written before Proctor priced runs). */
+  cost: RunCost.optional(),
+  /** The run's budgets, what is spent of them, and whether one stopped the run (absent: no budget). */
+  budget: RunBudgetState.optional(),
 });
 export type RunSummary = z.infer<typeof RunSummary>;

@@ -36,6 +36,15 @@ export const RunConfig = z.object({
   origins: z.array(TaskOrigin).optional(),
   /** Resource limits the run applied (defaults and maxima); absent: none beyond the tasks' own. */
   limits: z.record(z.string(), z.unknown()).optional(),
+  /**
+   * Where the run's prices come from (the price library and its version, or a `--price-table`
+   * file) and the compute price (`--compute-price`, USD per CPU-hour). Not in configHash.
+   */
+  pricing: z.object({ source: z.object({ name: z.string(), version: z.string() }), computeUsdPerCpuHour: z.number().nonnegative().optional() }).optional(),
+  /** The run's budgets as last started (`--max-cost`, `--max-tokens`, `--trial-max-cost`, `--on-budget`); a resume may raise them. Not in configHash. */
+  budget: z
+    .object({ maxCostUsd: z.number().positive().optional(), maxTokens: z.number().int().positive().optional(), trialMaxCostUsd: z.number().positive().optional(), onBudget: z.enum(["finish", "stop"]).optional() })
+    .optional(),
   /** `--container-config` settings (shm, gpus, OCI runtime, privileged); absent: none. A resume reuses them. */
   container: z
     .object({

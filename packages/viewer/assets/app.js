@@ -57,6 +57,8 @@ async function api(path) {
 const pct = (v) => (v === null || v === undefined ? "-" : `${(v * 100).toFixed(1)}%`);
 /** @param {number | null | undefined} v @param {number} [d] */
 const fix = (v, d = 3) => (v === null || v === undefined ? "-" : v.toFixed(d));
+/** @param {number | null | undefined} v USD with four decimals; "-" when there is none (unpriced, or nothing to divide by) */
+const usd = (v) => (v === null || v === undefined ? "-" : `$${v !== 0 && Math.abs(v) < 0.01 ? v.toFixed(6) : v.toFixed(4)}`);
 /** @param {number} ms */
 function dur(ms) {
   if (!Number.isFinite(ms) || ms < 0) return "-";
@@ -180,6 +182,14 @@ async function runPage(runId) {
       h("div", { class: "card" }, h("b", {}, pct(run.passRate)), `pass rate${ciText(run.passRateCi)}`),
       h("div", { class: "card" }, h("b", {}, fix(run.meanReward.mean)), `mean reward ± ${fix(run.meanReward.standardError)} SE (${run.meanReward.n} tasks)`),
     ),
+    run.cost ? h("div", { class: "cards", id: "cost" },
+      h("div", { class: "card" }, h("b", {}, usd(run.cost.totalUsd)), run.cost.unpricedTrials ? `cost (${run.cost.unpricedTrials} trials unpriced)` : "cost"),
+      h("div", { class: "card" }, h("b", {}, usd(run.cost.perTrialUsd)), "per trial"),
+      h("div", { class: "card" }, h("b", {}, usd(run.cost.perPassUsd)), "per pass"),
+      run.cost.computeUsd !== null ? h("div", { class: "card" }, h("b", {}, usd(run.cost.computeUsd)), `compute (${fix(run.cost.cpuSeconds)} CPU-s)`) : null,
+    ) : null,
+    run.cost ? h("p", { class: "muted" }, run.cost.source ? `prices from ${run.cost.source.name === "price-table" ? run.cost.source.version : `${run.cost.source.name} ${run.cost.source.version}`}` : "", run.cost.unpricedReasons.length ? ` · unpriced: ${run.cost.unpricedReasons[0]}` : "") : null,
+    run.budget?.exhausted ? h("p", { id: "budget" }, `Budget spent (${run.budget.exhausted}): ${run.budget.notRun} trials not run, not counted as failures.`) : null,
     run.passAtK.length ? h("p", {}, run.passAtK.map((/** @type {any} */ p) => `pass@${p.k} ${pct(p.value)} (${p.tasks} tasks)`).join(" · "), h("span", { class: "muted" }, " — unbiased estimator")) : null,
     h("h2", {}, "By category"),
     table(["category", "trials", "passed", "failed", "errored", "pass rate"], run.byCategory.map((/** @type {any} */ c) => [c.category, String(c.total), String(c.passed), String(c.failed), String(c.errored), pct(c.passRate)]), [1, 2, 3, 4, 5]),
@@ -193,9 +203,9 @@ async function runPage(runId) {
       select("sort", ["taskId", "status", "-durationMs", "durationMs", "-reward", "-finishedAt"], "sort"),
     ),
     table(
-      ["trial", "status", "reward", "error kind", "reason", "duration"],
-      page.trials.map((/** @type {any} */ r) => [h("a", { href: `#/run/${enc(runId)}/trial/${enc(r.trialId)}` }, r.trialId), r.status, r.reward === null ? "-" : String(r.reward), r.errorKind ?? "-", r.reason || "", dur(r.durationMs)]),
-      [2, 5],
+      ["trial", "status", "reward", "error kind", "reason", "duration", ...(run.cost ? ["cost"] : [])],
+      page.trials.map((/** @type {any} */ r) => [h("a", { href: `#/run/${enc(runId)}/trial/${enc(r.trialId)}` }, r.trialId), r.status, r.reward === null ? "-" : String(r.reward), r.errorKind ?? "-", r.reason || "", dur(r.durationMs), ...(run.cost ? [r.costUsd === null ? "unpriced" : usd(r.costUsd)] : [])]),
+      [2, 5, 6],
     ),
     h("div", { class: "pager" },
       h("button", { disabled: filters.offset === 0, onclick: () => { filters.offset = Math.max(0, filters.offset - PAGE); rerender(); } }, "← previous"),
@@ -302,6 +312,8 @@ async function trialPage(runId, trialId) {
   if (r.worker) facts.push(["worker", `${r.worker.name} on ${r.worker.host}`]);
   if (r.error) facts.push(["error", `${r.error.kind}: ${r.error.message}`]);
   if (r.agent?.usage) facts.push(["usage", `${r.agent.usage.inputTokens} in / ${r.agent.usage.outputTokens} out tokens, ${r.agent.usage.requests} requests`]);
+  if (r.agent?.usage) facts.push(["cost", r.agent.usage.costUsd !== undefined ? `${usd(r.agent.usage.costUsd)}${r.agent.usage.pricedAs ? ` (${r.agent.usage.pricedAs})` : ""}` : `unpriced${r.agent.usage.unpriced ? `: ${r.agent.usage.unpriced}` : ""}`]);
+  if (r.compute) facts.push(["compute", `${r.compute.cpuSeconds === null ? "-" : fix(r.compute.cpuSeconds)} CPU-s${r.compute.costUsd !== undefined ? `, ${usd(r.compute.costUsd)}` : ""}`]);
   const integ = r.integrity;
   let trajectory = null;
   if (t.files["agent/trajectory.json"] !== undefined && t.files["agent/trajectory.json"] <= 4 * 1024 * 1024) {

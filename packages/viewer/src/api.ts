@@ -2,7 +2,7 @@ import { lstat, open, readdir, readFile, realpath, stat } from "node:fs/promises
 import { basename, join, resolve, sep } from "node:path";
 import type { TrialResult } from "@proctor/schema";
 import { buildComparison, buildLeaderboard, buildRunReport, fullReason, leaderboardPlots, readFirstFailure, runStats, trialFlags, type Leaderboard, type RunReport, type RunStats } from "@proctor/report";
-import { wilsonInterval } from "@proctor/reward";
+import { trialCostUsd, wilsonInterval } from "@proctor/reward";
 import type { RunDir } from "./run-dir";
 
 /** Files of a trial dir the viewer may serve; nothing else is reachable. */
@@ -128,6 +128,7 @@ function trialRow(r: TrialResult) {
     reason: r.status === "passed" && flags.length === 0 ? "" : fullReason(r),
     durationMs: r.durationMs,
     flagged: flags.length > 0,
+    costUsd: trialCostUsd(r),
   };
 }
 
@@ -308,6 +309,8 @@ export async function answerApi(source: RunSource, path: readonly string[], quer
           passAtK: r.passAtK,
           byCategory: r.byCategory,
           errorsByKind: r.errorsByKind,
+          cost: r.cost,
+          budget: r.budget,
           categories: run.cached("categories", () => [...new Set(run.results.map((x) => x.category ?? "uncategorized"))].sort()),
           dir: showPaths ? run.dir : null,
         },

@@ -3,13 +3,13 @@ import { existsSync, statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
 import type { AgentSpec, Logger, ModelProxySpec, RunConfig, RunSummary, TaskSpec } from "@proctor/schema";
-import { DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL } from "@proctor/llm";
-import { lockRunDir, readRunConfig, retrySelector, startRun, type RunDirLock } from "@proctor/engine";
+import { DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, PRICE_LIBRARY, isPriced } from "@proctor/llm";
+import { lockRunDir, readRunConfig, retrySelector, startRun, type RunBudget, type RunDirLock } from "@proctor/engine";
 import { loadTasks, nearestName } from "@proctor/tasks";
 import { AgentConfigError, AgentError, BUILTIN_INSTALLED_AGENTS, readPriceTable, builtinInstalledAgent, installAgent, isBuiltinInstalledAgent, patchesAgent, readImageAgent, readInstalledAgent, type InstalledAgentDefinition } from "@proctor/agents";
 import { parseContainerConfig, type ContainerConfig } from "@proctor/sandbox-docker";
 import { concurrencyWarning, describeLimits, hostCapacity, resolveRunLimits, storedRunLimits, type LimitFlags, type ResolvedLimits } from "../limits";
-import { CliError, UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT, EXIT_TRIALS_FAILED } from "../errors";
+import { CliError, UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT, EXIT_TRIALS_FAILED, EXIT_BUDGET } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice, type ImageFlags } from "../runtime";
 import { createProgress, parseResults, renderRunSummary } from "@proctor/report";
 import { VERSION } from "../program";
@@ -59,6 +59,10 @@ export interface RunCommandOptions {
   bundlesDir?: string;
   /** --image-registry HOST:PORT[/prefix] and --image-cache-gb N (else PROCTOR_IMAGE_REGISTRY, PROCTOR_IMAGE_CACHE_GB): docs/images.md. */
   images?: ImageFlags;
+  /** --compute-price: USD per CPU-hour of the trials' sandboxes (a resume without it keeps the run's). */
+  computePrice?: number;
+  /** --max-cost, --max-tokens, --trial-max-cost, --on-budget (a resume without them keeps the run's). */
+  budget?: RunBudget;
   /** --fail-on: exit EXIT_TRIALS_FAILED when a trial errored (errors) or did not pass (failures); default never. */
   failOn?: FailOn;
   json: boolean;
@@ -262,8 +266,11 @@ export function parseAgent(value: string | undefined, archiveAgentDir: string | 
   const loopOnly = given(["maxTurns", "temperature", "maxOutputTokens"]);
   const llmFlags = given(Object.keys(llm));
   if (value === "llm") {
-    if (proxyOnly.length > 0) throw new UsageError(`${flagsVerb(proxyOnly, "goes", "go")} with a code agent (--agent <dir> --llm-proxy), not --agent llm`);
-    return llmSpec(llm);
+    const notLoop = proxyOnly.filter((f) => f !== "--price-table");
+    if (notLoop.length > 0) throw new UsageError(`${flagsVerb(notLoop, "goes", "go")} with a code agent (--agent <dir> --llm-proxy), not --agent llm`);
+    const spec = llmSpec(llm);
+    const prices = llm.priceTable !== undefined && llm.model ? pricesFor(llm.priceTable, spec.kind === "llm" ? spec.model : llm.model) : llm.storedPrices;
+    return prices ? { ...spec, prices } as AgentSpec : spec;
   }
   if (llm.llmProxy) {
     if (loopOnly.length > 0) throw new UsageError(`${flagsVerb(loopOnly, "only goes", "only go")} with --agent llm (with --llm-proxy the agent sends its own requests)`);
@@ -421,6 +428,10 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   let grading = options.grading;
   let storedContainer: ContainerConfig | undefined;
   let storedLimits: ResolvedLimits | undefined;
+  // Where the prices come from: the price library, or --price-table FILE (a resume keeps the run's).
+  let priceSource: { name: string; version: string } | undefined;
+  let storedBudget: RunBudget | undefined;
+  let storedComputePrice: number | undefined;
   let llmFlags: LlmFlags = options.llm ?? {};
   // The task selection, stored in run.json (--tasks-file as an absolute path) and reused by a resume.
   let include = options.include;
@@ -440,13 +451,16 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     runsRoot = dirname(runDir);
     pins = previous.origins;
     if (basename(runDir) !== runId) throw new UsageError(`--resume ${options.resume}: run.json names run ${runId}, but the directory is ${basename(runDir)}`);
+    priceSource = previous.pricing?.source;
+    storedBudget = previous.budget;
+    storedComputePrice = previous.pricing?.computeUsdPerCpuHour;
     // With no sources given, a resume repeats the stored run exactly; given flags must match it.
     if (sources.length === 0) {
       sources = previous.sources;
       agentArg ??= previous.agent.kind === "installed" ? `${previous.agent.dir !== undefined ? `installed:${previous.agent.dir}` : previous.agent.name}@${previous.agent.version ?? ""}` : previous.agent.kind === "image" ? `image:${previous.agent.dir}` : previous.agent.kind === "code" ? previous.agent.dir : previous.agent.kind === "custom" && previous.agent.name.startsWith("patches:") ? previous.agent.name : previous.agent.kind;
       if (previous.agent.kind === "llm" && agentArg === "llm") {
-        const { kind: _kind, ...stored } = previous.agent;
-        llmFlags = { ...stored, ...Object.fromEntries(Object.entries(llmFlags).filter(([, v]) => v !== undefined)) };
+        const { kind: _kind, prices, ...stored } = previous.agent;
+        llmFlags = { ...stored, storedPrices: prices, ...Object.fromEntries(Object.entries(llmFlags).filter(([, v]) => v !== undefined)) };
       }
       if (previous.agent.kind === "installed") {
         const { budgetTokens, budgetRequests, prices, ...stored } = previous.agent.modelProxy;
@@ -484,6 +498,11 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   // Everything the flags alone decide is checked before the run directory exists: a refused run leaves none.
   // (An archive's agent_code/ is the default agent, so without --agent the agent waits for the sources.)
   const namedAgent = agentArg === undefined ? null : agentArg.startsWith("patches:") ? predictionsAgent(agentArg.slice("patches:".length)) : parseAgent(agentArg, null, llmFlags);
+  if (llmFlags.priceTable !== undefined) priceSource = { name: "price-table", version: resolve(llmFlags.priceTable) };
+  // Budgets given now replace the run's (a resume may raise them); none given: the run's own.
+  const budgetFlags = Object.fromEntries(Object.entries(options.budget ?? {}).filter(([, v]) => v !== undefined)) as RunBudget;
+  const budget: RunBudget | undefined = Object.keys(budgetFlags).length > 0 ? { ...(budgetFlags.onBudget === undefined && storedBudget?.onBudget ? { onBudget: storedBudget.onBudget } : {}), ...budgetFlags } : storedBudget;
+  if (budget?.onBudget !== undefined && budget.maxCostUsd === undefined && budget.maxTokens === undefined) throw new UsageError("--on-budget goes with a run budget: --max-cost USD or --max-tokens N");
   const container = options.containerConfig !== undefined ? await readContainerConfig(options.containerConfig) : storedContainer;
   // A resume repeats the stored limits unless a limit flag or a container config is given (a
   // changed value is then refused like any other config change).
@@ -531,6 +550,8 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       const picked = results.filter(retrySelector(retry)).map((r) => r.trialId);
       err.write(`--retry ${retry.join(" ")}: running ${picked.length} finished trial(s) again${picked.length > 0 ? `: ${picked.slice(0, 10).join(", ")}${picked.length > 10 ? `, ... (${picked.length} in all)` : ""}` : ""}\n`);
     }
+    if (budget) checkBudget(budget, agent);
+    const computePrice = options.computePrice ?? storedComputePrice;
     // Which agent runs, and why that one: an archive's agent_code/ is used only when --agent is not given.
     err.write(`agent: ${describeAgent(agent, agentArg)}${options.resume && options.agent === undefined ? " (the resumed run's)" : options.agent === undefined ? describeDefault(prepared.agentDir) : ""}\n`);
     // `--model provider/name` picked the endpoint and the key's variable: say so, and which.
@@ -573,6 +594,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
       err.write(`run directory: ${runDir}\n`);
       // Sandboxes without a filesystem of their own are host processes: no limit applies to them.
       err.write(`${describeLimits(resolvedLimits, runtime.capabilities.files)}\n`);
+      if (computePrice !== undefined && !runtime.capabilities.files) err.write(`--compute-price: the ${runtime.name} runtime does not measure CPU-seconds; trials get no compute cost (use --runtime docker)\n`);
       // A -n past what the host holds is allowed, but said once (queued trials run on the workers' hosts).
       const crowded = queued ? null : concurrencyWarning(options.concurrency, tasks.length * attempts, resolvedLimits.limits?.defaults ?? {}, hostCapacity());
       if (crowded) err.write(`${crowded}\n`);
@@ -605,6 +627,9 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
           ...(queued ? { dispatch: queued.dispatch } : {}),
           ...(container ? { container: container.settings } : {}),
           ...(resolvedLimits.limits ? { limits: resolvedLimits.limits } : {}),
+          ...(budget ? { budget } : {}),
+          priceSource: priceSource ?? { ...PRICE_LIBRARY },
+          ...(computePrice !== undefined ? { computeUsdPerCpuHour: computePrice } : {}),
         });
         const unsubscribe = handle.bus.subscribe((event) => progress.onEvent(event));
         try {
@@ -633,6 +658,12 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
         err.write(`interrupted: resume with  proctor run --resume ${runDir}\n`);
         return EXIT_INTERRUPTED;
       }
+      if (summary.status === "budget_exhausted") {
+        const spent = summary.budget;
+        const raise = spent?.exhausted?.startsWith("--max-tokens") ? "--max-tokens N" : "--max-cost USD";
+        err.write(`proctor: budget spent (${spent?.exhausted ?? "a run budget"}); ${spent?.notRun ?? summary.trials.planned - summary.trials.total} trial(s) not run (exit ${EXIT_BUDGET}); finish with a higher budget:  proctor run --resume ${runDir} ${raise}\n`);
+        return EXIT_BUDGET;
+      }
       const failed = failOnReason(failOn, summary);
       if (failed) {
         err.write(`proctor: --fail-on ${failOn}: ${failed} (exit ${EXIT_TRIALS_FAILED}); results in ${runDir}\n`);
@@ -642,6 +673,19 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     } finally {
       await queued?.close();
     }
+  }
+}
+
+/**
+ * Refuses budgets that could never act: a cost budget for a model without a price (it would
+ * never be reached), and --trial-max-cost with an agent that takes no model.
+ */
+function checkBudget(budget: RunBudget, agent: AgentSpec | { name: string }): void {
+  const spec = "kind" in agent ? agent : null;
+  const model = spec?.kind === "llm" ? { model: spec.model, baseUrl: spec.baseUrl, prices: spec.prices } : spec?.kind === "installed" || (spec?.kind === "code" && spec.modelProxy) ? spec.modelProxy : undefined;
+  if (budget.trialMaxCostUsd !== undefined && !model) throw new UsageError("--trial-max-cost goes with an agent that takes a model (--agent llm, claude-code, codex, installed:<dir>, or a code agent's directory with --llm-proxy)");
+  if ((budget.maxCostUsd !== undefined || budget.trialMaxCostUsd !== undefined) && model && !isPriced(model.model, { baseUrl: model.baseUrl, ...(model.prices ? { prices: model.prices } : {}) })) {
+    throw new UsageError(`--max-cost / --trial-max-cost need a price for model "${model.model}", and ${PRICE_LIBRARY.name} ${PRICE_LIBRARY.version} has none: give one with --price-table FILE, or budget tokens with --max-tokens N`);
   }
 }
 

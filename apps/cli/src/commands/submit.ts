@@ -18,6 +18,8 @@ export interface ServerCredentials {
 export interface SubmitOptions extends ServerCredentials {
   archive: string;
   concurrentTasks?: number;
+  /** --max-cost, --max-tokens, --trial-max-cost, --on-budget: the batch's budgets. */
+  budget?: { maxCostUsd?: number; maxTokens?: number; trialMaxCostUsd?: number; onBudget?: "finish" | "stop" };
   json: boolean;
 }
 
@@ -80,6 +82,7 @@ export async function submitCommand(options: SubmitOptions): Promise<number> {
     .submit({
       archivePath: options.archive,
       concurrentTasks: options.concurrentTasks,
+      ...(options.budget ? { budget: options.budget } : {}),
       // The client sends Content-Digest, so the server checks the signature before the upload.
       onUploadRetry: (r) => process.stderr.write(`server busy (${r.message}); retrying in ${r.delaySec} s (attempt ${r.attempt})\n`),
       onSubmitted: (s) => process.stderr.write(`submitted: batch ${s.batch_id}, ${s.total_tasks} tasks, ${s.concurrent_tasks} at once\n`),

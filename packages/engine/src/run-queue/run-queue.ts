@@ -288,7 +288,7 @@ export class RunQueue {
     let status: BatchStatus = "queued";
     if (record.cancelledAt !== null) status = "cancelled";
     else if (record.error !== null) status = "failed";
-    else if (summary?.status === "completed") status = "completed";
+    else if (summary?.status === "completed" || summary?.status === "budget_exhausted") status = "completed";
     else if (summary?.status === "failed") status = "failed";
     const batch = new QueuedBatch(dir, record, status);
     batch.seq = null;
@@ -352,7 +352,8 @@ export class RunQueue {
       );
       const summary = await handle.done;
       let status: FinalBatchStatus | null;
-      if (summary.status === "completed") status = "completed";
+      // A batch whose budget was spent is finished: the trials it did not start are not run (never failures).
+      if (summary.status === "completed" || summary.status === "budget_exhausted") status = "completed";
       else if (summary.status === "failed") status = "failed";
       else status = batch.cancelRequested ? "cancelled" : null;
       if (status === null) {
@@ -360,6 +361,7 @@ export class RunQueue {
         batch.status = "queued";
         return;
       }
+      // (A spent budget is no error: the batch's summary.json says which budget and how many tasks did not run.)
       await this.finalize(batch, status, summary, runFinished, summary.status === "failed" ? "the engine reported the run as failed" : null);
     } catch (error) {
       if (this.closing && controller.signal.aborted && !batch.cancelRequested) {

@@ -23,6 +23,7 @@ export async function runAgent(attempt: SandboxAttempt): Promise<void> {
     signal: agentSignal,
     logDir: join(trialDir, "agent"),
     logger: env.logger,
+    ...(env.maxCostUsd !== undefined ? { maxCostUsd: env.maxCostUsd } : {}),
   };
   const disk = watchDisk(attempt, stop);
   let timedOut = false;

@@ -54,6 +54,10 @@ export interface TrialEnvironment {
    * run kept (this returns the archive and how it was laid out), then grades them.
    */
   restore?: (trialId: string) => { archive: string; outputs: NonNullable<TrialResult["outputs"]> } | null;
+  /** `--trial-max-cost`: a model-driven agent stops once its trial's model cost passes this many USD. */
+  maxCostUsd?: number;
+  /** `--compute-price`: USD per CPU-hour of the trial's sandboxes (result.json `compute.costUsd`). */
+  computeUsdPerCpuHour?: number;
 }
 
 /** Compressed agent outputs kept per trial by default (64 MiB). */
@@ -75,6 +79,8 @@ export interface AttemptState {
   environment?: NonNullable<TrialResult["environment"]>;
   /** Fresh grading: the agent's outputs kept in the trial directory, or why not. */
   outputs?: NonNullable<TrialResult["outputs"]>;
+  /** CPU-seconds the attempt's sandboxes used, where the runtime measures them. */
+  cpuSeconds?: number | null;
 }
 
 /** Per-phase budgets in ms, already scaled by the timeout multiplier. */

@@ -174,7 +174,30 @@ export async function runTrial(task: TaskSpec, attempt: number, env: TrialEnviro
     ...(outcome.competition ? { competition: outcome.competition } : {}),
     ...(outcome.environment ? { environment: outcome.environment } : {}),
     ...(outcome.outputs ? { outputs: outcome.outputs } : {}),
+    ...computeOf(outcome.cpuSeconds ?? null, env.computeUsdPerCpuHour),
   };
+}
+
+/** CPU-seconds one sandbox has used so far, or null when its runtime cannot say. */
+async function cpuOf(box: Sandbox): Promise<number | null> {
+  return box.cpuSeconds ? box.cpuSeconds().catch(() => null) : null;
+}
+
+/**
+ * CPU-seconds of a trial's sandboxes: the agent's (now, or as measured when the agent finished if
+ * it is halted since) plus a fresh grader's; null when a runtime cannot say.
+ */
+async function cpuSecondsOf(box: Sandbox, agentCpu: number | null, verifier: Sandbox | null): Promise<number | null> {
+  const agent = (await cpuOf(box)) ?? agentCpu;
+  const grader = verifier && verifier !== box ? await cpuOf(verifier) : 0;
+  return agent === null || grader === null ? null : Math.round((agent + grader) * 1000) / 1000;
+}
+
+/** result.json's `compute`: the CPU-seconds measured, and their cost at `--compute-price` (absent when neither is known). */
+function computeOf(cpuSeconds: number | null, usdPerCpuHour: number | undefined): Pick<TrialResult, "compute"> {
+  if (cpuSeconds === null && usdPerCpuHour === undefined) return {};
+  const costUsd = cpuSeconds !== null && usdPerCpuHour !== undefined ? Math.round((cpuSeconds / 3600) * usdPerCpuHour * 1e6) / 1e6 : undefined;
+  return { compute: { cpuSeconds, ...(costUsd !== undefined ? { costUsd } : {}) } };
 }
 
 /** One try of the pipeline in one sandbox. Throws only errors that `isRetryableInfra` may retry, a fatal agent error, or an abort. */
@@ -216,6 +239,8 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
   let pending: Promise<Sandbox> | null = null;
   let grading: Grading | null = null;
   let collected = false;
+  // CPU-seconds of the agent's sandbox when the agent finished (it may be halted before the end).
+  let agentCpu: number | null = null;
   // Collect has its own bound: logs are still worth having after the trial deadline passed.
   // `halt`: halt the sandboxes first where the runtime can (see Sandbox.halt): nothing runs while
   // the logs are read, and reading them then needs no process in the sandbox.
@@ -246,6 +271,7 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
     if (task.competition) {
       await prepareCompetition(inSandbox);
       await runAgent(inSandbox);
+      agentCpu = await cpuOf(sandbox);
       await collect(sandbox);
       await phase("verifier", () => gradeCompetition(inSandbox));
       return state;
@@ -256,6 +282,7 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
       if (!kept) throw new Error(`trial ${trialId} has no kept outputs to grade again`);
       await phase("restore", () => restoreOutputs(inSandbox, kept.archive, kept.outputs));
     } else await runAgent(inSandbox);
+    agentCpu = await cpuOf(sandbox);
     // The verifier runs even after an agent timeout or failure: the work may be done.
     // environment -> workspace -> agent -> outputs -> grader -> verifier -> collect.
     const graded = await startGrading(inSandbox, attempt.image ?? "", env.grading ?? null);
@@ -280,6 +307,8 @@ async function runAttempt(task: TaskSpec, trialId: string, env: TrialEnvironment
     runSignal.removeEventListener("abort", onRunAbort);
     if (sandbox) {
       const box = sandbox;
+      // Before collect halts them: a halted sandbox's CPU accounting is gone (fresh grading halts the agent's at outputs).
+      if (!runSignal.aborted) state.cpuSeconds = await cpuSecondsOf(box, agentCpu, grading?.verifierSandbox ?? null);
       if (!runSignal.aborted && !collected) await collect(box, true);
       await grading?.dispose();
       await box.kill().catch((error: unknown) => env.logger.error("removing the sandbox failed", { trialId, sandbox: box.id, error: message(error) }));
