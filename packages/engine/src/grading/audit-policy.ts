@@ -36,7 +36,7 @@ const ETC_DATA = picomatch(
 );
 
 /** How a file the harness opened counts: "load" changes how it runs; "data" is what the tests read, unless its content is a program. */
-export function harnessUse(path: string): "load" | "data" {
+function harnessUse(path: string): "load" | "data" {
   if (ETC_DATA(path)) return "data";
   return CODE_NAME.test(path) || LOADED(path) ? "load" : "data";
 }

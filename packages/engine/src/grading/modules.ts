@@ -230,7 +230,7 @@ export function testEnvironment(command: string | null): { preamble: string; int
 }
 
 /** The grader's interpreter could not be asked (a `verifier` error: the grader is the image's). */
-export class ShadowCheckError extends Error {
+class ShadowCheckError extends Error {
   override name = "ShadowCheckError";
 }
 

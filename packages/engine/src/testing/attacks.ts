@@ -26,7 +26,7 @@ export type AttackMode = "fresh" | "strict" | "shared";
 export const ATTACK_MODES: readonly AttackMode[] = ["fresh", "strict", "shared"];
 
 /** The task an attack is run on (each attack gets its own copy, named after it). */
-export type TaskKind = "link" | "git" | "venv" | "runs" | "helper" | "swe" | "swe-dir" | "swe-venv" | "swe-venv-path" | "swe-venv-lines" | "checks" | "vendor";
+type TaskKind = "link" | "git" | "venv" | "runs" | "helper" | "swe" | "swe-dir" | "swe-venv" | "swe-venv-path" | "swe-venv-lines" | "checks" | "vendor";
 
 export interface Attack {
   name: string;

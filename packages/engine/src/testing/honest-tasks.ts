@@ -32,7 +32,7 @@ export interface HonestTask extends FixtureTask {
  * content). Root's ~/.bashrc sets up an interactive shell (image-bashrc), /app ships a module
  * with its bytecode (same-size-module-edit) and a git project (git-commit-branch).
  */
-export const HONEST_DOCKERFILE = `FROM proctor/base:bookworm
+const HONEST_DOCKERFILE = `FROM proctor/base:bookworm
 RUN mkdir -p /opt/acme/bin \\
  && printf '#!/bin/sh\\necho "acme-cli 2.1"\\n' > /opt/acme/bin/acme-version \\
  && chmod 755 /opt/acme/bin/acme-version \\
