@@ -13,7 +13,7 @@ async function writeRun(runId: string, version: string, agent: { name: string; m
   await mkdir(dir, { recursive: true });
   const config = {
     runId, tasks: TASKS.map((id) => ({ id, hash: id === "web-a" ? hash : "h" })), sources: [join(out, "tasks")], agent: { kind: "oracle" }, agentHash: null,
-    runtime: "local", attempts: 1, concurrency: 1, timeoutMultiplier: 1, defaultImage: null, configHash: "x", origins: [{ dataset: { name: "tbench", version } }],
+    runtime: "local", attempts: 1, concurrency: 1, timeoutMultiplier: 1, defaultImage: null, configHash: "x", origins: TASKS.map((taskId) => ({ taskId, dataset: { name: "tbench", version }, repository: "https://example.com/tbench.git", commit: "0123abc", path: `tasks/${taskId}` })),
   };
   const results = TASKS.map((taskId, i) => ({
     trialId: `${taskId}__1`, taskId, attempt: 1, category: taskId.split("-")[0], difficulty: null, status: passed(i) ? "passed" : "failed", reward: passed(i) ? 1 : 0,

@@ -38,7 +38,7 @@ export {
 export type { Receipt, ReceiptBody, ReceiptSigner, BuildReceiptOptions, VerifyReceiptOptions, ReceiptVerification, ReceiptProblem } from "./receipt";
 export { firstFailure, failureInOutput, readFirstFailure } from "./failure";
 export type { FirstFailure } from "./failure";
-export { buildLeaderboard, leaderboardPlots, runStats, runDataset, trialCostUsd, paretoFront, CATEGORY_RUNS_MAX, PLOT_RUNS_DEFAULT } from "./leaderboard";
+export { buildLeaderboard, leaderboardPlots, runStats, runDataset, paretoFront, CATEGORY_RUNS_MAX, PLOT_RUNS_DEFAULT } from "./leaderboard";
 export type { Leaderboard, LeaderboardGroup, LeaderboardRow, LeaderboardPlots, DatasetRef, RunStats, TaskCell, PlotRun } from "./leaderboard";
 export { renderLeaderboard, formatUsd, formatTokens, LEADERBOARD_FORMATS } from "./leaderboard-render";
 export type { LeaderboardFormat } from "./leaderboard-render";

@@ -31,7 +31,7 @@ async function writeRun(runId: string, dataset: { name: string; version: string 
   const config = {
     runId, tasks: Object.entries(hashes).map(([id, hash]) => ({ id, hash })), sources: [join(root, "tasks", dataset?.name ?? "local-tasks")],
     agent: { kind: "oracle" }, agentHash: null, runtime: "local", attempts, concurrency: 1, timeoutMultiplier: 1, defaultImage: null, configHash: "x",
-    ...(dataset ? { origins: [{ dataset, commit: "abc" }] } : {}),
+    ...(dataset ? { origins: Object.keys(hashes).map((taskId) => ({ taskId, dataset, repository: "https://example.com/tbench.git", commit: "abc", path: `tasks/${taskId}` })) } : {}),
   };
   await writeFile(join(dir, "run.json"), JSON.stringify(config));
   await writeFile(join(dir, "results.jsonl"), results.map((r) => `${JSON.stringify(r)}\n`).join(""));

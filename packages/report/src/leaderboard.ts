@@ -1,5 +1,5 @@
 import { isCleanPass, type TrialResult } from "@proctor/schema";
-import { passAtKEstimate, wilsonInterval, type Interval } from "@proctor/reward";
+import { passAtKEstimate, trialCostUsd, wilsonInterval, type Interval } from "@proctor/reward";
 import { agentLabel, modelLabel, type LoadedRun } from "./load";
 
 /** The dataset a run ran: `name@version` from run.json's `origins`, else its sources' names. */
@@ -94,20 +94,6 @@ const num = (v: unknown): number | null => (typeof v === "number" && Number.isFi
 const rec = (v: unknown): Record<string, unknown> | null => (v !== null && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : null);
 const str = (v: unknown): string | null => (typeof v === "string" && v !== "" ? v : typeof v === "number" ? String(v) : null);
 
-/** A `cost` object's USD, in the shapes a cost record may take (`usd`, `totalUsd`, `costUsd`); null when it says unpriced. */
-function costOf(v: unknown): number | null {
-  const c = rec(v);
-  if (!c) return num(v);
-  if (c.unpriced === true || c.priced === false) return null;
-  return num(c.usd) ?? num(c.totalUsd) ?? num(c.costUsd) ?? num(c.total);
-}
-
-/** What one trial cost in USD, from a `cost` record or the agent's usage; null when it does not say. */
-export function trialCostUsd(r: TrialResult): number | null {
-  const x = r as unknown as Record<string, unknown>;
-  return costOf(x.cost) ?? num(x.costUsd) ?? num(r.agent?.usage?.costUsd);
-}
-
 /** The dataset of a run: run.json's `origins[].dataset` (name@version), else its sources' last path parts. */
 export function runDataset(run: Pick<LoadedRun, "config" | "raw">): DatasetRef {
   const origins = (run.config as { origins?: unknown } | null)?.origins ?? rec(run.raw?.config)?.origins;
@@ -133,23 +119,21 @@ export function runDataset(run: Pick<LoadedRun, "config" | "raw">): DatasetRef {
   return { key: "unknown", name: "unknown", version: null, from: "unknown" };
 }
 
-/** USD over a run's finished trials: every trial that used a model priced, or the summary's cost record; else null. */
+/**
+ * USD over a run's finished trials (model tokens + compute, as the run's summary prices them);
+ * null when a trial's model usage has no price, or when nothing was priced at all (no model, no
+ * `--compute-price`): shown as "—", never $0.
+ */
 function runCost(run: LoadedRun): number | null {
-  let used = 0;
-  let priced = 0;
+  const priced = run.results.some((r) => (r.agent?.usage && (r.agent.usage.inputTokens > 0 || r.agent.usage.outputTokens > 0)) || r.compute?.costUsd !== undefined);
+  if (!priced) return null;
   let total = 0;
   for (const r of run.results) {
     const cost = trialCostUsd(r);
-    if (cost !== null) {
-      priced++;
-      total += cost;
-    }
-    if (cost !== null || r.agent?.usage) used++;
+    if (cost === null) return null;
+    total += cost;
   }
-  if (used > 0 && priced === used) return Math.round(total * 1e6) / 1e6;
-  const summary = rec(run.raw?.summary);
-  // A summary's own cost record (a run may price its usage as a whole); a partial sum of usage costs is not a cost.
-  return costOf(summary?.cost) ?? num(summary?.costUsd);
+  return Math.round(total * 1e6) / 1e6;
 }
 
 function runTokens(run: LoadedRun): number | null {

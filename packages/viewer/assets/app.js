@@ -3,7 +3,7 @@
 // textContent (never innerHTML), so task ids and logs cannot inject markup. Every URL is relative
 // (api/..., ws), so the same app runs at / (proctor view) and under the server's /ui/.
 
-import { categoryPlot, costPlot, figure, heatmapPlot, passAtKPlot, usd } from "./plots.js";
+import { categoryPlot, costPlot, figure, heatmapPlot, passAtKPlot, usd as shortUsd } from "./plots.js";
 
 const app = /** @type {HTMLElement} */ (document.getElementById("app"));
 const crumbs = /** @type {HTMLElement} */ (document.getElementById("crumbs"));
@@ -389,7 +389,7 @@ async function comparePage(a, b) {
 // ---- leaderboard and plots -----------------------------------------------------------------------
 
 /** @param {number | null} v */
-const money = (v) => (v === null || v === undefined ? "—" : usd(v));
+const money = (v) => (v === null || v === undefined ? "—" : shortUsd(v));
 /** @param {number | null} v */
 function tokens(v) {
   if (v === null || v === undefined) return "—";

@@ -49,7 +49,7 @@ async function writeRun(runId: string, version: string, results: TrialResult[], 
   const attempts = options.attempts ?? 1;
   await writeFile(join(dir, "run.json"), JSON.stringify({
     runId, tasks: TASKS.map((id) => ({ id, hash: options.hashes?.[id] ?? `h-${version}` })), sources: [join(root, "tasks")], agent: { kind: "oracle" }, agentHash: null,
-    runtime: "local", attempts, concurrency: 1, timeoutMultiplier: 1, defaultImage: null, configHash: "x", origins: [{ dataset: { name: "tbench", version }, commit: "0123abc" }],
+    runtime: "local", attempts, concurrency: 1, timeoutMultiplier: 1, defaultImage: null, configHash: "x", origins: TASKS.map((taskId) => ({ taskId, dataset: { name: "tbench", version }, repository: "https://example.com/tbench.git", commit: "0123abc", path: `tasks/${taskId}` })),
   }));
   await writeFile(join(dir, "results.jsonl"), results.map((r) => `${JSON.stringify(r)}\n`).join(""));
   await writeFile(join(dir, "summary.json"), JSON.stringify(summarize({ runId, results, plannedTrials: TASKS.length * attempts, attempts, startedAt, now: new Date(Date.parse(startedAt) + 60_000), status: "completed" })));
