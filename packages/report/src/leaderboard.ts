@@ -1,4 +1,4 @@
-import { isCleanPass, type TrialResult } from "@proctor/schema";
+import { isCleanPass } from "@proctor/schema";
 import { passAtKEstimate, trialCostUsd, wilsonInterval, type Interval } from "@proctor/reward";
 import { agentLabel, modelLabel, type LoadedRun } from "./load";
 
@@ -90,7 +90,6 @@ export interface Leaderboard {
   groups: LeaderboardGroup[];
 }
 
-const num = (v: unknown): number | null => (typeof v === "number" && Number.isFinite(v) ? v : null);
 const rec = (v: unknown): Record<string, unknown> | null => (v !== null && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : null);
 const str = (v: unknown): string | null => (typeof v === "string" && v !== "" ? v : typeof v === "number" ? String(v) : null);
 
