@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { appendFile, mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { hostname, tmpdir } from "node:os";
@@ -323,6 +324,27 @@ describe("bad input: one line naming the thing and what to do, nothing half-writ
     expect(readdirSync(join(own.PROCTOR_CACHE_DIR, "tmp"))).toEqual([]);
     expect(existsSync(out)).toBe(false);
   });
+});
+
+test("a cache on a full disk: one line naming the cache and what to do, exit 1, nothing kept", async () => {
+  // A real full disk: a 1 MiB tmpfs filled to its last block before the fetch.
+  const disk = join(work, "full-disk");
+  await mkdir(disk, { recursive: true });
+  const mounted = spawnSync("mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", disk]).status === 0;
+  if (!mounted) throw new Error(`cannot mount a tmpfs at ${disk} (the test needs root)`);
+  try {
+    const cacheDir = join(disk, "cache");
+    await mkdir(join(cacheDir, "tmp"), { recursive: true });
+    spawnSync("dd", ["if=/dev/zero", `of=${join(disk, "fill")}`, "bs=4k"]);
+    const out = join(work, "runs-full");
+    const r = await run(["run", "tiny@1.0", "-o", out], { PROCTOR_CACHE_DIR: cacheDir });
+    expectOneLine(r, 1, `the dataset cache ${cacheDir} has no space left while fetching ${daemon.url("tiny")} at ${v1.slice(0, 12)}`, "PROCTOR_CACHE_DIR");
+    expect(existsSync(join(cacheDir, "git"))).toBe(false);
+    expect(readdirSync(join(cacheDir, "tmp"))).toEqual([]);
+    expect(existsSync(out)).toBe(false);
+  } finally {
+    spawnSync("umount", [disk]);
+  }
 });
 
 describe("offline", () => {

@@ -2,7 +2,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { cp, mkdir, readdir, readFile, rename, rm, rmdir, stat } from "node:fs/promises";
 import { homedir } from "node:os";
 import { basename, dirname, join } from "node:path";
-import { FetchError } from "./errors";
+import { DatasetError, FetchError } from "./errors";
 import { digestTree, removeDir, writeFileAtomic } from "./fs";
 import { fetchCommit, type GitOptions } from "./git";
 import { withLock } from "./lock";
@@ -137,7 +137,11 @@ export class DatasetCache {
     if (missing.size === 0) return found;
     await this.sweepTemp();
     await pool([...missing.values()], options.concurrency ?? 4, async (group) => {
-      const entries = await this.fetchGroup(group, options, say);
+      const entries = await this.fetchGroup(group, options, say).catch((error: unknown) => {
+        if (!diskFull(error)) throw error;
+        const { repository, commit } = group[0] as Pin;
+        throw new DatasetError(`the dataset cache ${this.root} has no space left while fetching ${repository} at ${commit.slice(0, 12)}: free space there or set PROCTOR_CACHE_DIR to a disk with room (nothing was kept)`, 1, { cause: error });
+      });
       for (const entry of entries) found.set(pinKey(entry), { ...entry, fromCache: false });
     });
     return found;
@@ -241,6 +245,12 @@ export class DatasetCache {
     }
     return removed;
   }
+}
+
+/** A write that failed because the disk (or the user's quota) is full, as node or git reports it. */
+function diskFull(error: unknown): boolean {
+  const code = (error as NodeJS.ErrnoException | null)?.code;
+  return code === "ENOSPC" || code === "EDQUOT" || /No space left on device|Disk quota exceeded/i.test(error instanceof Error ? error.message : String(error));
 }
 
 async function readEntry(dir: string): Promise<Omit<CacheEntry, "dir"> | null> {
