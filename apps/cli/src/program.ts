@@ -110,7 +110,8 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
     .option("--pids-limit <n>", `default process cap per trial (default ${DEFAULT_TRIAL_LIMITS.pidsLimit})`, positiveInt("--pids-limit"))
     .option("--storage-mb <n>", `default disk limit per trial in MB, 0 = none (default ${DEFAULT_TRIAL_LIMITS.storageMb}; a task's own storage_mb wins)`, nonNegativeNumber("--storage-mb"))
     .option("--queue <url>", "run the trials on proctor workers through Redis (redis://HOST:PORT/DB); run dir and progress stay here")
-    .option("--bundles-dir <dir>", "--queue: directory the workers share for task bundles (default <out>/.bundles)")
+    .option("--bundles-dir <dir>", "--queue: a directory every worker sees at the same path, for task bundles (default: served to the workers over HTTP)")
+    .option("--bundles-host <host>", "--queue: the address task bundles are served on, as workers reach this host (default: every interface, given as this host's first non-loopback IPv4)")
     .option("--image-registry <host:port[/prefix]>", "share task images through this registry: pull before a build, push after one (default $PROCTOR_IMAGE_REGISTRY; docs/images.md)")
     .option("--image-cache-gb <n>", "keep task images (proctor-build/*) under N GB, least recently used removed first (default $PROCTOR_IMAGE_CACHE_GB, else a quarter of the Docker data root's disk)", positiveNumber("--image-cache-gb"))
     .option("--json", "print summary.json on stdout", false)
@@ -131,6 +132,7 @@ export function buildProgram(setExitCode: (code: number) => void): Command {
           images: { imageRegistry: o.imageRegistry, imageCacheGb: o.imageCacheGb },
           queue: o.queue,
           bundlesDir: o.bundlesDir,
+          bundlesHost: o.bundlesHost,
           containerConfig: o.containerConfig,
           limits: { memoryMb: o.memoryMb, cpus: o.cpus, pidsLimit: o.pidsLimit, storageMb: o.storageMb },
           sources,

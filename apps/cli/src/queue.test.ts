@@ -102,6 +102,9 @@ describe("proctor run --queue with proctor worker processes", () => {
     expect(local.code).toBe(0);
     const queued = await queuedRun(server.url, join(repoRoot, "examples/tasks"), join(root, "runs-queued"), ["-k", "2"]).done;
     expect(queued.code, queued.stderr).toBe(0);
+    // Nothing shared but Redis and the network: the run served its bundles over HTTP, with a token the jobs carry.
+    expect(queued.stderr).toMatch(/queue: trials go to workers on .* \(runtime local, bundles served at http:\/\/[\d.]+:\d+\)/);
+    expect(queued.stderr).not.toMatch(/[0-9a-f]{64}/);
     const mine = results(join(root, "runs-queued", "r"));
     const theirs = results(join(root, "runs-local", "r"));
     const view = (rs: typeof mine) => Object.fromEntries(rs.map((r) => [r.trialId, [r.status, r.reward]]));
@@ -195,6 +198,17 @@ describe("proctor run --queue with proctor worker processes", () => {
     expect(results(runDir).every((r) => r.status === "passed")).toBe(true);
     w.child.kill("SIGTERM");
     expect((await w.exited).code).toBe(0);
+  });
+
+  test("--bundles-dir with --bundles-host, or a host that is not this machine's: one line, exit 2, no run directory", async () => {
+    const server = await redis();
+    const both = await proctor(["run", "examples/tasks", "--queue", server.url, "--runtime", "local", "-o", join(root, "runs-bad-bundles"), "--bundles-dir", join(root, "b"), "--bundles-host", "127.0.0.1"]);
+    expect(both.code, both.stderr).toBe(2);
+    expect(both.stderr).toContain("proctor: --bundles-dir and --bundles-host: give one");
+    const foreign = await proctor(["run", "examples/tasks", "--queue", server.url, "--runtime", "local", "-o", join(root, "runs-bad-bundles"), "--bundles-host", "192.0.2.1"]);
+    expect(foreign.code, foreign.stderr).toBe(2);
+    expect(foreign.stderr).toContain("proctor: --bundles-host 192.0.2.1: cannot serve the task bundles there (EADDRNOTAVAIL)");
+    expect(existsSync(join(root, "runs-bad-bundles"))).toBe(false);
   });
 
   test("a tampered bundle in the shared directory is refused: the trial is an infra error naming it, nothing runs", async () => {

@@ -12,8 +12,11 @@ import { BundleError, DispatchError } from "./errors";
 
 export const SHA256_PATTERN = /^[0-9a-f]{64}$/;
 
-/** Where a worker gets a bundle: a directory it shares with the dispatcher, or a server's `GET /v1/bundles/:sha`. */
-export type BundleSource = { kind: "dir"; dir: string } | { kind: "http"; baseUrl: string };
+/**
+ * Where a worker gets a bundle: a directory it shares with the dispatcher, or `GET /v1/bundles/:sha`
+ * of a server (with the worker's own token) or of a `proctor run --queue` (with the run's `token`).
+ */
+export type BundleSource = { kind: "dir"; dir: string } | { kind: "http"; baseUrl: string; token?: string };
 
 /** A content-addressed bundle: the sha256 of its tar.gz bytes and where to fetch them. */
 export interface BundleRef {
@@ -219,12 +222,14 @@ export class BundleCache {
     const url = `${ref.source.baseUrl.replace(/\/+$/, "")}/v1/bundles/${ref.sha256}`;
     let response: Response;
     try {
-      response = await fetch(url, { headers: this.options.token ? { authorization: `Bearer ${this.options.token}` } : {} });
+      const token = ref.source.token ?? this.options.token;
+      response = await fetch(url, { headers: token ? { authorization: `Bearer ${token}` } : {} });
     } catch (error) {
       throw new BundleError(`fetching bundle ${ref.sha256} from ${url} failed: ${(error as Error).message}`, ref.sha256, null, { cause: error });
     }
     if (response.status === 401) {
       await response.body?.cancel();
+      if (ref.source.token) throw new BundleError(`the run serving bundles at ${ref.source.baseUrl} refused the token its job gave (401) for bundle ${ref.sha256}: is another process on that port?`, ref.sha256, 401);
       throw new BundleError(`the server at ${ref.source.baseUrl} refused this worker's token (401) for bundle ${ref.sha256}; pass the server's --worker-token (or PROCTOR_WORKER_TOKEN)`, ref.sha256, 401);
     }
     if (!response.ok) {

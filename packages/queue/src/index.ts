@@ -7,6 +7,8 @@ export type { QueueCounts } from "./monitor";
 export type { WorkerInfo } from "./registry";
 export { BundleCache, DirBundleStore, bundleTask, localizeTask, packBundle, SHA256_PATTERN } from "./bundles";
 export type { BundleRef, BundleSource, PackedBundle, BundleCacheOptions } from "./bundles";
+export { startBundleServer } from "./bundle-server";
+export type { BundleServer, BundleServerOptions } from "./bundle-server";
 export { parseQueueUrl, checkQueueReachable, KEY_PREFIX } from "./connection";
 export type { QueueTarget } from "./connection";
 export { reapDeadWorkers, WORKER_LABELS } from "./reaper";

@@ -4,7 +4,7 @@ import { z } from "zod";
 const Sha256 = z.string().regex(/^[0-9a-f]{64}$/);
 const BundleRefSchema = z.object({
   sha256: Sha256,
-  source: z.discriminatedUnion("kind", [z.object({ kind: z.literal("dir"), dir: z.string().min(1) }), z.object({ kind: z.literal("http"), baseUrl: z.string().url() })]),
+  source: z.discriminatedUnion("kind", [z.object({ kind: z.literal("dir"), dir: z.string().min(1) }), z.object({ kind: z.literal("http"), baseUrl: z.string().url(), token: z.string().min(16).optional() })]),
 });
 
 const Limits = z.object({ memoryMb: z.number().optional(), cpus: z.number().optional(), pidsLimit: z.number().optional(), storageMb: z.number().optional() });

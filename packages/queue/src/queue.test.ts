@@ -10,6 +10,7 @@ import { loadTasks } from "@proctor/tasks";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { BundleCache, DirBundleStore, bundleTask } from "./bundles";
+import { startBundleServer } from "./bundle-server";
 import { QueueDispatcher, type WaitingNotice } from "./dispatcher";
 import { QueueMonitor } from "./monitor";
 import { startRedisServer, type RedisServerHandle } from "./redis-server";
@@ -185,6 +186,28 @@ describe("bundles", () => {
     const cache = new BundleCache(join(root, "tamper-cache"));
     await expect(cache.materialize({ sha256: bundle.sha256, source: { kind: "dir", dir: store.dir } })).rejects.toThrow(/refused: its content hashes to/);
     expect(existsSync(join(root, "tamper-cache", bundle.sha256))).toBe(false);
+  });
+
+  test("a run's bundle server: the job's token fetches the bundle; no token or another is 401, an unknown sha 404", async () => {
+    const { bundle } = await bundleTask(tasks[0] as TaskSpec);
+    const store = new DirBundleStore(join(root, "served"));
+    await store.put(bundle);
+    const served = await startBundleServer(store, { host: "127.0.0.1" });
+    try {
+      expect(served.source.baseUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+      expect(served.source.token).toMatch(/^[0-9a-f]{64}$/);
+      const url = `${served.source.baseUrl}/v1/bundles/${bundle.sha256}`;
+      expect((await fetch(url)).status).toBe(401);
+      expect((await fetch(url, { headers: { authorization: `Bearer ${"0".repeat(64)}` } })).status).toBe(401);
+      expect((await fetch(`${served.source.baseUrl}/v1/bundles/${"a".repeat(64)}`, { headers: { authorization: `Bearer ${served.source.token}` } })).status).toBe(404);
+      // A worker with no token of its own fetches with the one the job names, and checks the bytes.
+      const root2 = await new BundleCache(join(root, "served-cache")).materialize({ sha256: bundle.sha256, source: served.source });
+      expect((await readdir(root2)).length).toBeGreaterThan(0);
+      // A job naming the wrong token: refused, nothing extracted.
+      await expect(new BundleCache(join(root, "served-cache-2")).materialize({ sha256: bundle.sha256, source: { ...served.source, token: "f".repeat(64) } })).rejects.toThrow(/refused the token its job gave \(401\)/);
+    } finally {
+      await served.close();
+    }
   });
 });
 

@@ -55,8 +55,10 @@ export interface RunCommandOptions {
   limits?: LimitFlags;
   /** --queue redis://HOST:PORT/DB: trials run on `proctor worker`s; the run dir and progress stay here. */
   queue?: string;
-  /** --bundles-dir: where task bundles go for the workers (default <out>/.bundles). */
+  /** --bundles-dir: a directory every worker sees, for task bundles (default: served over HTTP). */
   bundlesDir?: string;
+  /** --bundles-host: the address bundles are served on for the workers (default every interface, given as this host's address). */
+  bundlesHost?: string;
   /** --image-registry HOST:PORT[/prefix] and --image-cache-gb N (else PROCTOR_IMAGE_REGISTRY, PROCTOR_IMAGE_CACHE_GB): docs/images.md. */
   images?: ImageFlags;
   /** --compute-price: USD per CPU-hour of the trials' sandboxes (a resume without it keeps the run's). */
@@ -558,7 +560,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
     const route = "kind" in agent && (agent.kind === "llm" || (agent.kind === "code" && agent.modelProxy)) ? modelRoute(llmFlags) : null;
     if (route) err.write(`model: --model ${llmFlags.model} picked ${route.label} at ${route.baseUrl}, the key in $${route.apiKeyEnv}, and sends the model as ${route.model} (--base-url and --api-key-env pick others)\n`);
     const queued = options.queue
-      ? openQueuedRun({ url: options.queue, bundlesDir: options.bundlesDir, out: options.out, runtime: parseRuntimeChoice(runtimeArg), logger: options.logger, err })
+      ? await openQueuedRun({ url: options.queue, bundlesDir: options.bundlesDir, bundlesHost: options.bundlesHost, out: options.out, runtime: parseRuntimeChoice(runtimeArg), logger: options.logger, err })
       : null;
     try {
       const runtime = queued?.runtime ?? (await openRuntime(parseRuntimeChoice(runtimeArg), options.logger, options.images));
