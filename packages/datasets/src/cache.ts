@@ -5,7 +5,7 @@ import { basename, dirname, join } from "node:path";
 import { DatasetError, FetchError } from "./errors";
 import { digestTree, removeDir, writeFileAtomic } from "./fs";
 import { fetchCommit, type GitOptions } from "./git";
-import { withLock } from "./lock";
+import { alive, withLock } from "./lock";
 
 /** A task directory pinned in git: the repository URL, a full commit id, the directory in it (`""`: the root). */
 export interface Pin {
@@ -40,14 +40,6 @@ const slug = (text: string, max: number) => text.replace(/^[a-z+]+:\/\//i, "").r
 
 export const pinKey = (pin: Pin): string => `${pin.repository}\0${pin.commit}\0${pin.path}`;
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
 
 /** Run `work` over `items`, at most `limit` at once. */
 async function pool<T>(items: readonly T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {

@@ -9,7 +9,8 @@ interface Owner {
   host: string;
 }
 
-function alive(pid: number): boolean {
+/** Whether a process with this pid exists on this host. */
+export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
@@ -62,7 +63,14 @@ export async function withLock<T>(dir: string, work: () => Promise<T>, options: 
     const dead = owner !== null ? owner.host === hostname() && !alive(owner.pid) : ownerless > 20;
     if (dead) {
       const aside = `${dir}.stale-${process.pid}-${randomBytes(4).toString("hex")}`;
-      await rename(dir, aside).then(() => rm(aside, { recursive: true, force: true }), () => undefined);
+      if (await rename(dir, aside).then(() => true, () => false)) {
+        // Another process may have taken the dead lock over between the look above and the
+        // rename: what was moved is then its live lock, which goes back.
+        const moved = await readOwner(aside);
+        const same = owner === null ? moved === null : moved !== null && moved.pid === owner.pid && moved.host === owner.host;
+        if (same) await rm(aside, { recursive: true, force: true });
+        else await rename(aside, dir).catch(() => rm(aside, { recursive: true, force: true }));
+      }
       continue;
     }
     if (!waited) {

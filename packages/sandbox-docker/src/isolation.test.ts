@@ -94,6 +94,23 @@ describe.skipIf(!run)("Docker sandbox isolation primitives", () => {
     await sandbox.killAll!();
   });
 
+  it("a listening process's ports are found while other processes exit (an exiting process's /proc/<pid>/net cannot be read)", async () => {
+    // Chains of processes that exit every 5 ms beside a server: the listing must not read the
+    // namespace's sockets through one of them.
+    const hop = "sleep 0.005; exec /bin/sh -c '(/bin/sh /tmp/hop.sh &)'";
+    await sandbox.exec({ shell: `(setsid env -i python3 -m http.server 8125 >/dev/null 2>&1 &); printf '%s\\n' "${hop}" > /tmp/hop.sh && for i in 1 2 3 4 5 6 7 8; do setsid env -i /bin/sh -c '(/bin/sh /tmp/hop.sh &)' >/dev/null 2>&1; done; sleep 1` }, { user: "0" });
+    const info = await docker.getContainer((sandbox as DockerSandbox).id).inspect();
+    const keepAlive = (sandbox as DockerSandbox).keepAlivePid;
+    const found: (number[] | undefined)[] = [];
+    for (let i = 0; i < 40; i++) {
+      const listing = await listProcessesOnHost(info.State.Pid, info.Id);
+      if (listing === null) throw new Error("this host could not read the container's cgroup");
+      found.push(parseProcessListing(listing, keepAlive).find((p) => p.command.includes("8125"))?.ports);
+    }
+    expect(found.filter((ports) => ports?.[0] !== 8125)).toEqual([]);
+    await sandbox.killAll!();
+  });
+
   it("every host listing sees chains of processes that re-fork to a new pid every 5 ms", async () => {
     const hop = "sleep 0.005; exec /bin/sh -c '(/bin/sh /tmp/hop.sh &)'";
     await sandbox.exec({ shell: `printf '%s\\n' "${hop}" > /tmp/hop.sh && for i in 1 2 3 4 5 6; do setsid env -i /bin/sh -c '(/bin/sh /tmp/hop.sh &)' >/dev/null 2>&1; done` }, { user: "0" });

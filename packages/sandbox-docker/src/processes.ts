@@ -136,12 +136,10 @@ export async function listProcessesOnHost(initPid: number, containerId: string):
   const inContainer = new Map([...seen].map(([hostPid, p]) => [hostPid, p.pid]));
   const out: string[] = [];
   for (const p of seen.values()) out.push(`T ${p.pid} (${p.comm}) ${p.state} ${inContainer.get(p.ppid) ?? 0}`);
-  let netOf: number | null = null;
   const details = await Promise.all(
     [...seen].map(async ([hostPid, p]) => {
       const cmdline = await readFile(`/proc/${hostPid}/cmdline`).catch(() => null);
       if (cmdline === null) return []; // gone: it stays under its short name
-      netOf ??= hostPid;
       const fds = await readdir(`/proc/${hostPid}/fd`).catch(() => [] as string[]);
       const links = await Promise.all(fds.map((fd) => readlink(`/proc/${hostPid}/fd/${fd}`).catch(() => "")));
       const sockets = links.flatMap((link) => /^socket:\[(\d+)\]$/.exec(link)?.slice(1) ?? []);
@@ -149,13 +147,13 @@ export async function listProcessesOnHost(initPid: number, containerId: string):
     }),
   );
   out.push(...details.flat());
-  if (netOf !== null) {
-    for (const name of ["tcp", "tcp6"]) {
-      const table = await readFile(`/proc/${netOf}/net/${name}`, "utf8").catch(() => "");
-      for (const row of table.split("\n").slice(1)) {
-        const [, local, , st, , , , , , inode] = row.trim().split(/\s+/);
-        if (st === "0A" && local && inode) out.push(`L ${local.slice(local.lastIndexOf(":") + 1)} ${inode}`);
-      }
+  // The sockets of the container's network namespace, read through its init: an agent's process
+  // may be exiting (a zombie has no namespace to read), the init lives as long as the container.
+  for (const name of ["tcp", "tcp6"]) {
+    const table = await readFile(`/proc/${initPid}/net/${name}`, "utf8").catch(() => "");
+    for (const row of table.split("\n").slice(1)) {
+      const [, local, , st, , , , , , inode] = row.trim().split(/\s+/);
+      if (st === "0A" && local && inode) out.push(`L ${local.slice(local.lastIndexOf(":") + 1)} ${inode}`);
     }
   }
   return out.join("\n");
