@@ -83,6 +83,7 @@ function configFrom(o: Record<string, unknown>): WorkerConfig {
     lockMs: o.lockMs as number,
     heartbeatMs: o.heartbeatMs as number,
     ...(typeof o.imageRegistry === "string" && o.imageRegistry !== "" ? { imageRegistry: o.imageRegistry } : {}),
-    ...(o.imageCacheGb !== undefined ? { imageCacheGb: o.imageCacheGb as number } : {}),
+    // An empty PROCTOR_IMAGE_CACHE_GB (compose passes it through unset as "") is no budget given.
+    ...(typeof o.imageCacheGb === "number" ? { imageCacheGb: o.imageCacheGb } : {}),
   };
 }

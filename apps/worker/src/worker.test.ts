@@ -133,7 +133,8 @@ describe("proctor-worker and a Redis that is not there", () => {
   });
 
   test("SIGTERM with nothing running exits 0 at once, with Redis there and after Redis went away", async () => {
-    const idle = proctorWorker(["--runtime", "local", "--name", "idle", "--work-dir", join(root, "work-idle")], { PROCTOR_QUEUE_URL: redis.url });
+    // On Docker, with the image settings empty as deploy/compose.yaml passes them when they are not set: none given.
+    const idle = proctorWorker(["--runtime", "docker", "--name", "idle", "--work-dir", join(root, "work-idle")], { PROCTOR_QUEUE_URL: redis.url, PROCTOR_IMAGE_CACHE_GB: "", PROCTOR_IMAGE_REGISTRY: "" });
     await until("the worker joined", () => idle.output().includes("worker idle ready"));
     const up = await stopTimed(idle);
     expect(up.code, idle.output()).toBe(0);
