@@ -1,4 +1,4 @@
-import { mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
+import { mkdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { hostname } from "node:os";
 import { dirname, join } from "node:path";
 import { randomBytes } from "node:crypto";
@@ -24,6 +24,36 @@ async function readOwner(dir: string): Promise<Owner | null> {
     return JSON.parse(await readFile(join(dir, "owner.json"), "utf8")) as Owner;
   } catch {
     return null;
+  }
+}
+
+/**
+ * Removes the lock `dir` of a dead `owner`, one process at a time: under `<dir>.takeover` (made
+ * with mkdir, so only one holds it) the owner is read again and the lock removed only if it is
+ * still the dead one, so a waiter that judged the lock dead never removes the lock another waiter
+ * has just taken over. False when another process is taking over (the caller polls again).
+ */
+async function takeOver(dir: string, owner: Owner | null): Promise<boolean> {
+  const guard = `${dir}.takeover`;
+  try {
+    await mkdir(guard);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+    // A guard left by a process killed while taking over: gone after 10 s.
+    const made = await stat(guard).then((s) => s.mtimeMs, () => null);
+    if (made !== null && Date.now() - made > 10_000) await rm(guard, { recursive: true, force: true });
+    return false;
+  }
+  try {
+    const now = await readOwner(dir);
+    const same = owner === null ? now === null : now !== null && now.pid === owner.pid && now.host === owner.host;
+    if (same) {
+      const aside = `${dir}.stale-${process.pid}-${randomBytes(4).toString("hex")}`;
+      if (await rename(dir, aside).then(() => true, () => false)) await rm(aside, { recursive: true, force: true });
+    }
+    return true;
+  } finally {
+    await rm(guard, { recursive: true, force: true });
   }
 }
 
@@ -55,24 +85,16 @@ export async function withLock<T>(dir: string, work: () => Promise<T>, options: 
       await writeFile(join(dir, "owner.json"), JSON.stringify({ pid: process.pid, host: hostname() } satisfies Owner));
       break;
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+      const code = (error as NodeJS.ErrnoException).code;
+      // ENOENT: the lock this process had just made was taken for a stuck one and removed.
+      if (code === "ENOENT") continue;
+      if (code !== "EEXIST") throw error;
     }
     const owner = await readOwner(dir);
     // No owner file: being created right now, or left by a kill between mkdir and write.
     ownerless = owner === null ? ownerless + 1 : 0;
     const dead = owner !== null ? owner.host === hostname() && !alive(owner.pid) : ownerless > 20;
-    if (dead) {
-      const aside = `${dir}.stale-${process.pid}-${randomBytes(4).toString("hex")}`;
-      if (await rename(dir, aside).then(() => true, () => false)) {
-        // Another process may have taken the dead lock over between the look above and the
-        // rename: what was moved is then its live lock, which goes back.
-        const moved = await readOwner(aside);
-        const same = owner === null ? moved === null : moved !== null && moved.pid === owner.pid && moved.host === owner.host;
-        if (same) await rm(aside, { recursive: true, force: true });
-        else await rename(aside, dir).catch(() => rm(aside, { recursive: true, force: true }));
-      }
-      continue;
-    }
+    if (dead && (await takeOver(dir, owner))) continue;
     if (!waited) {
       waited = true;
       options.onWait?.(owner);
