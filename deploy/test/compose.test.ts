@@ -1,6 +1,6 @@
 // deploy/compose.yaml end to end: the images built offline, the stack up with the compose tool
-// Debian packages, one batch submitted with `proctor submit`, graded by two workers, one of them
-// restarted mid-batch, then everything torn down with nothing left.
+// Debian packages (with its registry profile), one batch submitted with `proctor submit`, graded
+// by two workers, one of them restarted mid-batch, then everything torn down with nothing left.
 import { execFile, execFileSync, spawn, spawnSync } from "node:child_process";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
@@ -39,6 +39,7 @@ let compose: (args: string[]) => Promise<string>;
 const run = (file: string, args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv } = {}) =>
   promisify(execFile)(file, args, { ...options, encoding: "utf8", maxBuffer: 256 * 1024 * 1024 });
 let base: string;
+let registry: string;
 
 async function freePort(): Promise<number> {
   return new Promise((done, fail) => {
@@ -106,6 +107,28 @@ async function override(): Promise<string> {
   return file;
 }
 
+/**
+ * `proctor images build` of a one-task dataset into the compose stack's registry, from this host:
+ * its exit, output and the registry's proctor-build tags afterwards.
+ */
+async function imagePushed(): Promise<{ code: number; output: string; tags: string[] }> {
+  const task = join(work, "image-task");
+  await mkdir(join(task, "environment"), { recursive: true });
+  await mkdir(join(task, "tests"), { recursive: true });
+  await writeFile(join(task, "task.toml"), 'version = "1.0"\n');
+  await writeFile(join(task, "instruction.md"), "Nothing to do.\n");
+  await writeFile(join(task, "tests", "test.sh"), "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n");
+  await writeFile(join(task, "environment", "Dockerfile"), `FROM proctor/busybox:latest\nRUN echo ${project} > /stamp\n`);
+  const cli = [process.execPath, "--conditions=@proctor/source", "--import", "tsx", join(repoRoot, "apps/cli/src/main.ts")];
+  const built = await run(cli[0] as string, [...cli.slice(1), "images", "build", task, "--image-registry", registry], { cwd: repoRoot, env: { ...process.env, FORCE_COLOR: "0" } }).then(
+    (done) => ({ code: 0, output: done.stdout + done.stderr }),
+    (error: { code?: number; stdout?: string; stderr?: string }) => ({ code: error.code ?? 1, output: `${error.stdout ?? ""}${error.stderr ?? ""}` }),
+  );
+  for (const [tag] of built.output.matchAll(/proctor-build\/[0-9a-f]{64}/g)) await run("docker", ["rmi", tag]).catch(() => undefined);
+  const list = (await (await fetch(`http://${registry}/v2/proctor-build/tags/list`, { signal: AbortSignal.timeout(5000) })).json().catch(() => ({}))) as { tags?: string[] };
+  return { ...built, tags: list.tags ?? [] };
+}
+
 interface WorkerView {
   name: string;
   running_trials: string[];
@@ -123,7 +146,19 @@ describe.skipIf(!haveDocker)("deploy/compose.yaml", () => {
     });
     const [cmd, ...pre] = composeCommand() as [string, ...string[]];
     const files = ["-f", join(repoRoot, "deploy/compose.yaml"), "-f", await override()];
-    const env = { ...process.env, PROCTOR_PORT: String(port), PROCTOR_TOKENS: userToken, PROCTOR_WORKER_TOKEN: workerToken, PROCTOR_WORKER_CONCURRENCY: "2", PROCTOR_WORKER_STOP_GRACE: "5m" };
+    // The registry profile on, and the workers given it as this host's daemon reaches it (loopback).
+    registry = `127.0.0.1:${await freePort()}`;
+    const env = {
+      ...process.env,
+      PROCTOR_PORT: String(port),
+      PROCTOR_TOKENS: userToken,
+      PROCTOR_WORKER_TOKEN: workerToken,
+      PROCTOR_WORKER_CONCURRENCY: "2",
+      PROCTOR_WORKER_STOP_GRACE: "5m",
+      COMPOSE_PROFILES: "registry",
+      PROCTOR_REGISTRY_ADDR: registry,
+      PROCTOR_IMAGE_REGISTRY: registry,
+    };
     compose = async (args) => (await run(cmd, [...pre, "-p", project, ...files, ...args], { cwd: repoRoot, env })).stdout;
     base = `http://127.0.0.1:${port}`;
   }, 900_000); // hang guard: the image builds copy ~150 MB each on a loaded 2-core machine
@@ -142,7 +177,10 @@ describe.skipIf(!haveDocker)("deploy/compose.yaml", () => {
     await compose(["up", "-d", "--scale", "worker=2"]);
     const health = await until("the server's /health", async () => ((await fetch(`${base}/health`, { signal: AbortSignal.timeout(5000) })).ok ? true : null));
     expect(health).toBe(true);
+    // Workers in containers check the registry through the host's daemon, where 127.0.0.1 is the
+    // published port (from inside a worker it is nothing): both join.
     await until("two workers on the queue", async () => (await workers()).length === 2);
+    const pushed = await imagePushed();
 
     const submit = spawn(process.execPath, ["--conditions=@proctor/source", "--import", "tsx", join(repoRoot, "apps/cli/src/main.ts"), "submit", archive, "--server", base, "--token", userToken, "--json"], {
       cwd: repoRoot,
@@ -163,6 +201,10 @@ describe.skipIf(!haveDocker)("deploy/compose.yaml", () => {
     // Restart one worker mid-batch: SIGTERM drains (its trials finish), then it comes back.
     const [victim] = (await compose(["ps", "-q", "worker"])).trim().split("\n");
     await run("docker", ["restart", "-t", "300", victim as string]);
+
+    expect(pushed.code, pushed.output).toBe(0);
+    expect(pushed.output).toMatch(/images: 1 built, 0 reused, 0 pulled, 0 failed/);
+    expect(pushed.tags).toHaveLength(1);
 
     expect(await submitted, stderr).toBe(0);
     const status = JSON.parse(stdout) as { batch_id: string; status: string; total_tasks: number; passed_tasks: number; failed_tasks: number };

@@ -6,10 +6,11 @@
 # rebuilt from this checkout (deploy/images/*.Dockerfile, used by deploy/compose.yaml):
 #   proctor/server  proctor serve, as the unprivileged user proctor
 #   proctor/worker  proctor-worker (root: it needs the host's Docker socket)
-#   proctor/redis   Debian's redis-server
-# They start FROM proctor/base:bookworm and copy in the workspace's built packages (pnpm deploy)
-# and a Node binary from npm's node-linux-<arch> package (PROCTOR_IMAGE_NODE=<path> to use
-# another, e.g. the host's); the Redis build installs Debian's package with apt.
+#   proctor/redis    Debian's redis-server (built once; PROCTOR_REBUILD_PACKAGES=1 rebuilds it)
+#   proctor/registry Debian's docker-registry (compose's registry profile; built once too)
+# They start FROM proctor/base:bookworm; server and worker copy in the workspace's built packages
+# (pnpm deploy) and a Node binary from npm's node-linux-<arch> package (PROCTOR_IMAGE_NODE=<path>
+# to use another, e.g. the host's); redis and registry install Debian's package with apt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -104,15 +105,19 @@ build_deploy() {
     DOCKER_BUILDKIT=0 docker build -q -f "deploy/images/$image.Dockerfile" -t "proctor/$image:latest" "$stage" >/dev/null 2>"$stage/docker.log" || {
       echo "images: building proctor/$image failed:" >&2; tail -n 30 "$stage/docker.log" >&2; exit 1; }
   done
-  if have proctor/redis:latest && [ -z "${PROCTOR_REBUILD_REDIS:-}" ]; then
-    echo "images: proctor/redis:latest present"
-  else
-    echo "images: building proctor/redis (apt-get install redis-server)"
-    mkdir -p "$stage/empty"
-    DOCKER_BUILDKIT=0 docker build -q -f deploy/images/redis.Dockerfile -t proctor/redis:latest "$stage/empty" >/dev/null 2>"$stage/docker.log" || {
-      echo "images: building proctor/redis failed:" >&2; tail -n 30 "$stage/docker.log" >&2; exit 1; }
-  fi
-  echo "images: built proctor/server, proctor/worker, proctor/redis"
+  # Debian's packages, built once (PROCTOR_REBUILD_PACKAGES=1 rebuilds them).
+  mkdir -p "$stage/empty"
+  for image in redis:redis-server registry:docker-registry; do
+    name=${image%%:*} package=${image#*:}
+    if have "proctor/$name:latest" && [ -z "${PROCTOR_REBUILD_PACKAGES:-}" ]; then
+      echo "images: proctor/$name:latest present"
+      continue
+    fi
+    echo "images: building proctor/$name (apt-get install $package)"
+    DOCKER_BUILDKIT=0 docker build -q -f "deploy/images/$name.Dockerfile" -t "proctor/$name:latest" "$stage/empty" >/dev/null 2>"$stage/docker.log" || {
+      echo "images: building proctor/$name failed:" >&2; tail -n 30 "$stage/docker.log" >&2; exit 1; }
+  done
+  echo "images: built proctor/server, proctor/worker, proctor/redis, proctor/registry"
 }
 
 if ! docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then

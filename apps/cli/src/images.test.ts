@@ -96,7 +96,7 @@ describe.skipIf(!run)("proctor images and --image-registry", () => {
     const unreachable = await proctor(["run", task, "--runtime", "docker", "-o", runs, "--image-registry", closed]);
     expect(unreachable.code).toBe(3);
     // After the line naming the agent, one line saying what is wrong.
-    expect(unreachable.stderr.trim().split("\n").at(-1)).toBe(`proctor: image registry ${closed} does not answer at http://${closed}/v2/ (ECONNREFUSED): start it, or fix --image-registry / PROCTOR_IMAGE_REGISTRY`);
+    expect(unreachable.stderr.trim().split("\n").at(-1)).toBe(`proctor: image registry ${closed} does not answer (dial tcp ${closed}: connect: connection refused): start it, or fix --image-registry / PROCTOR_IMAGE_REGISTRY`);
     expect(unreachable.stderr.match(/^proctor:/gm)).toHaveLength(1);
     const budget = await proctor(["run", task, "--runtime", "docker", "-o", runs, "--image-cache-gb", "lots"]);
     expect(budget.code).toBe(2);
@@ -104,6 +104,10 @@ describe.skipIf(!run)("proctor images and --image-registry", () => {
     const fromEnv = await proctor(["images", "build", task], { env: { PROCTOR_IMAGE_CACHE_GB: "0" } });
     expect(fromEnv.code).toBe(2);
     expect(fromEnv.stderr).toBe(`proctor: PROCTOR_IMAGE_CACHE_GB must be a positive number of GB (e.g. 50 or 0.5), got "0"\n`);
+    // With --queue the workers keep the images: the flag is refused, not ignored.
+    const queued = await proctor(["run", task, "--queue", "redis://127.0.0.1:1/0", "-o", runs, "--image-registry", registry.host]);
+    expect(queued.code).toBe(2);
+    expect(queued.stderr.trim().split("\n").at(-1)).toBe("proctor: --image-registry: with --queue the workers build, pull and keep the images; give it to proctor worker (or set PROCTOR_IMAGE_REGISTRY where the workers run)");
     expect(await readdir(runs).catch(() => [])).toEqual([]);
   }, 120_000);
 });

@@ -248,7 +248,7 @@ export class ImageResolver {
 
   /** Whether the registry still answers; the first time it does not, says so once and stops using it. */
   private async reachable(registry: ImageRegistry, failure: string): Promise<boolean> {
-    const answer = await registry.check().then(
+    const answer = await registry.check(this.docker).then(
       () => null,
       (error: unknown) => (error instanceof Error ? error.message : String(error)),
     );

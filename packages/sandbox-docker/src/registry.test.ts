@@ -1,6 +1,8 @@
 import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Dockerode from "dockerode";
@@ -176,7 +178,7 @@ describe.skipIf(!run)("task images through a registry", () => {
       expect(logger.warnings[0]).toMatch(new RegExp(`^image registry ${registry.host} is unreachable \\(.*\\); building images on this host for the rest of this run$`));
       expect(runtime.imageRegistry).toBeNull();
       // Given at start, an unreachable registry is one clear line.
-      await expect(imageSettings({ registry: registry.host })).rejects.toThrow(new RegExp(`^image registry ${registry.host} does not answer at http://${registry.host}/v2/ \\(ECONNREFUSED\\): start it, or fix --image-registry / PROCTOR_IMAGE_REGISTRY$`));
+      await expect(imageSettings({ registry: registry.host })).rejects.toThrow(`image registry ${registry.host} does not answer (dial tcp ${registry.host}: connect: connection refused): start it, or fix --image-registry / PROCTOR_IMAGE_REGISTRY`);
     } finally {
       await registry.start();
     }
@@ -221,23 +223,29 @@ describe.skipIf(!run)("task images through a registry", () => {
   }, 600_000);
 });
 
-describe("ImageRegistry.check", () => {
+describe.skipIf(!(await dockerTestGate(docker)))("ImageRegistry.check, asked through the Docker daemon", () => {
   const dirs: string[] = [];
+  const servers: Server[] = [];
   afterAll(async () => {
+    await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
     await Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true })));
   });
 
-  /** A /v2/ endpoint wanting Basic credentials "proctor:right" (the registry's htpasswd auth, as the client sees it). */
-  async function authRegistry(): Promise<{ host: string; close: () => Promise<void> }> {
-    const { createServer } = await import("node:http");
+  /**
+   * A plain-HTTP registry API on `address` wanting Basic credentials "proctor:right" (as the
+   * registry's htpasswd auth answers), holding no manifests.
+   */
+  async function authRegistry(address = "127.0.0.1"): Promise<string> {
     const expected = `Basic ${Buffer.from("proctor:right").toString("base64")}`;
+    const json = { "content-type": "application/json", "docker-distribution-api-version": "registry/2.0" };
     const server = createServer((req, res) => {
-      if (req.headers.authorization === expected) res.writeHead(200).end("{}");
-      else res.writeHead(401, { "www-authenticate": 'Basic realm="registry"' }).end();
+      if (req.headers.authorization !== expected) res.writeHead(401, { ...json, "www-authenticate": 'Basic realm="registry"' }).end('{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}');
+      else if (req.url === "/v2/") res.writeHead(200, json).end("{}");
+      else res.writeHead(404, json).end('{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}');
     });
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    const address = server.address() as { port: number };
-    return { host: `127.0.0.1:${address.port}`, close: () => new Promise((resolve) => server.close(() => resolve())) };
+    servers.push(server);
+    await new Promise<void>((resolve) => server.listen(0, address, resolve));
+    return `${address}:${(server.address() as AddressInfo).port}`;
   }
 
   async function dockerConfig(host: string | null, password: string): Promise<string> {
@@ -249,22 +257,40 @@ describe("ImageRegistry.check", () => {
   }
 
   it("takes Docker's credentials for the registry, and says in one line when there are none or they are refused", async () => {
-    const server = await authRegistry();
-    try {
-      await new ImageRegistry(server.host, { DOCKER_CONFIG: await dockerConfig(server.host, "right") }).check();
-      const none = await dockerConfig(null, "");
-      await expect(new ImageRegistry(server.host, { DOCKER_CONFIG: none }).check()).rejects.toMatchObject({
-        kind: "credentials",
-        message: `image registry ${server.host} wants credentials and Docker has none for it: docker login ${server.host} (stored in $DOCKER_CONFIG/config.json, default ~/.docker)`,
-      });
-      const wrong = await dockerConfig(server.host, "wrong");
-      await expect(new ImageRegistry(server.host, { DOCKER_CONFIG: wrong }).check()).rejects.toMatchObject({
-        kind: "credentials",
-        message: `image registry ${server.host} refused the credentials Docker has for user "proctor": docker login ${server.host} again (DOCKER_CONFIG: ${wrong})`,
-      });
-    } finally {
-      await server.close();
-    }
+    const host = await authRegistry();
+    await new ImageRegistry(host, { DOCKER_CONFIG: await dockerConfig(host, "right") }).check(docker);
+    const none = await dockerConfig(null, "");
+    await expect(new ImageRegistry(host, { DOCKER_CONFIG: none }).check(docker)).rejects.toMatchObject({
+      kind: "credentials",
+      message: `image registry ${host} wants credentials and Docker has none for it: docker login ${host} (stored in $DOCKER_CONFIG/config.json, default ~/.docker)`,
+    });
+    const wrong = await dockerConfig(host, "wrong");
+    await expect(new ImageRegistry(host, { DOCKER_CONFIG: wrong }).check(docker)).rejects.toMatchObject({
+      kind: "credentials",
+      message: `image registry ${host} refused the credentials Docker has for user "proctor": docker login ${host} again (DOCKER_CONFIG: ${wrong})`,
+    });
+  });
+
+  it("says in one line that a registry off loopback speaks plain HTTP where Docker requires TLS", async () => {
+    // The default bridge's gateway: an address of this host that is not loopback, so Docker wants TLS there.
+    const gateway = ((await docker.getNetwork("bridge").inspect()) as { IPAM: { Config: { Gateway?: string }[] } }).IPAM.Config.find((c) => c.Gateway)?.Gateway;
+    if (!gateway) throw new Error("the default bridge network has no gateway address");
+    const host = await authRegistry(gateway);
+    await expect(new ImageRegistry(host, { DOCKER_CONFIG: await dockerConfig(host, "right") }).check(docker)).rejects.toMatchObject({
+      kind: "tls",
+      message: `image registry ${host} speaks plain HTTP, and Docker requires TLS for it: give it a certificate Docker trusts, or list it in the daemon's insecure-registries (docs/images.md)`,
+    });
+  });
+
+  it("says in one line that a server answering HTML is not a registry", async () => {
+    const server = createServer((_req, res) => res.writeHead(404, { "content-type": "text/html" }).end("<html><body>File not found</body></html>"));
+    servers.push(server);
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const host = `127.0.0.1:${(server.address() as AddressInfo).port}`;
+    await expect(new ImageRegistry(host, {}).check(docker)).rejects.toMatchObject({
+      kind: "unreachable",
+      message: `image registry ${host} answers, but not as a Docker registry (distribution v2) does: start it, or fix --image-registry / PROCTOR_IMAGE_REGISTRY`,
+    });
   });
 
   it("names a malformed registry in one line", () => {

@@ -1,16 +1,19 @@
 import { readFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
+import Dockerode from "dockerode";
 import { ImageError } from "@proctor/sandbox";
+import { daemonMessage, isConnectionError, statusCode } from "./docker-errors";
 
 /**
  * Image settings given at start are wrong: `registry` (not HOST[:PORT][/prefix]), `unreachable`
- * (its /v2/ does not answer), `credentials` (it wants credentials Docker lacks, or refused them),
- * `budget` (a disk budget that is not a positive number). Apps exit 3 for unreachable, else 2.
+ * (it does not answer the daemon), `credentials` (it wants credentials Docker lacks, or refused
+ * them), `tls` (plain HTTP or an untrusted certificate where Docker requires TLS), `budget` (a disk
+ * budget that is not a positive number). Apps exit 3 for unreachable, else 2.
  */
 export class ImageSettingsError extends ImageError {
   override name = "ImageSettingsError";
-  constructor(message: string, readonly kind: "registry" | "unreachable" | "credentials" | "budget", options?: { cause?: unknown }) {
+  constructor(message: string, readonly kind: "registry" | "unreachable" | "credentials" | "tls" | "budget", options?: { cause?: unknown }) {
     super(message, null, options);
   }
 }
@@ -22,13 +25,7 @@ export interface RegistryAuth {
   serveraddress: string;
 }
 
-const CHECK_TIMEOUT_MS = 5000;
-
-/** Whether a registry host (with or without a port) is on loopback, where Docker allows plain HTTP. */
-function isLoopback(host: string): boolean {
-  const name = host.replace(/:\d+$/, "").replace(/^\[|\]$/g, "");
-  return name === "localhost" || /^127\./.test(name) || name === "::1";
-}
+const CHECK_TIMEOUT_MS = 15_000;
 
 /**
  * An image registry that task images are shared through: `HOST[:PORT][/prefix]`. A task image
@@ -86,46 +83,45 @@ export class ImageRegistry {
   }
 
   /**
-   * Asks the registry's `/v2/` endpoint whether it answers and takes Docker's credentials for it
-   * (HTTPS; plain HTTP on loopback, as Docker allows). Throws ImageSettingsError `unreachable` or
-   * `credentials` with one line saying what to do.
+   * Asks the Docker daemon, which pulls and pushes, to look up a tag in the registry: it answers
+   * there and takes Docker's credentials for it. The daemon resolves the name, chooses HTTPS or
+   * plain HTTP (loopback, insecure-registries) and checks certificates as it will for every pull,
+   * so a name that means something else to Proctor's process (a worker in a container) is judged
+   * as the daemon sees it. Throws ImageSettingsError with one line saying what to do.
    */
-  async check(): Promise<void> {
-    const scheme = isLoopback(this.host) ? "http" : "https";
-    const url = `${scheme}://${this.host}/v2/`;
+  async check(docker: Dockerode): Promise<void> {
     const auth = await this.auth();
-    const basic = auth ? `Basic ${Buffer.from(`${auth.username}:${auth.password}`).toString("base64")}` : null;
-    const get = async (target: string, authorization: string | null) => {
-      try {
-        return await fetch(target, { headers: authorization ? { authorization } : {}, signal: AbortSignal.timeout(CHECK_TIMEOUT_MS) });
-      } catch (error) {
-        const cause = (error as { cause?: { code?: string; message?: string } }).cause;
-        const why = cause?.code ?? cause?.message ?? (error as Error).message;
-        throw new ImageSettingsError(`image registry ${this.host} does not answer at ${url} (${why}): start it, or fix --image-registry / PROCTOR_IMAGE_REGISTRY`, "unreachable", { cause: error });
-      }
-    };
-    let response = await get(url, null);
-    if (response.status === 401) {
-      const challenge = response.headers.get("www-authenticate") ?? "";
-      if (!basic) {
-        throw new ImageSettingsError(`image registry ${this.host} wants credentials and Docker has none for it: docker login ${this.host} (stored in $DOCKER_CONFIG/config.json, default ~/.docker)`, "credentials");
-      }
-      if (/^bearer/i.test(challenge)) {
-        const field = (name: string) => new RegExp(`${name}="([^"]*)"`, "i").exec(challenge)?.[1];
-        const realm = field("realm");
-        const service = field("service");
-        if (!realm) throw new ImageSettingsError(`image registry ${this.host} sent a token challenge without a realm: ${challenge}`, "credentials");
-        response = await get(`${realm}${service ? `${realm.includes("?") ? "&" : "?"}service=${encodeURIComponent(service)}` : ""}`, basic);
-      } else {
-        response = await get(url, basic);
-      }
-      if (response.status === 401 || response.status === 403) {
-        throw new ImageSettingsError(`image registry ${this.host} refused the credentials Docker has for user "${auth?.username}": docker login ${this.host} again (DOCKER_CONFIG: ${this.env.DOCKER_CONFIG || "~/.docker"})`, "credentials");
-      }
+    const probe = this.remoteRef("proctor-build/registry-check");
+    const fix = "start it, or fix --image-registry / PROCTOR_IMAGE_REGISTRY";
+    let message: string;
+    let status: number | undefined;
+    try {
+      await Promise.race([
+        docker.getImage(probe).distribution(auth ? { authconfig: auth } : {}),
+        new Promise((_, reject) => setTimeout(() => reject(new Error(`timed out after ${CHECK_TIMEOUT_MS / 1000} s`)), CHECK_TIMEOUT_MS).unref()),
+      ]);
+      return; // the probe tag exists: it answers
+    } catch (error) {
+      if (isConnectionError(error)) throw new ImageSettingsError(`cannot check image registry ${this.host}: the Docker daemon does not answer (${daemonMessage(error)})`, "unreachable", { cause: error });
+      message = daemonMessage(error).replace(/^\((HTTP code \d+)\) [a-z ]+ - /, "");
+      status = statusCode(error);
     }
-    if (!response.ok) {
-      throw new ImageSettingsError(`image registry ${this.host} answered ${url} with HTTP ${response.status}; is it a Docker registry (distribution v2)?`, "unreachable");
+    const why = message.replace(/^(Get|Head) "[^"]*": /, "");
+    if (status === 404 && /manifest unknown|name unknown|not found/i.test(message)) return; // it answered: no such tag
+    if (/no basic auth credentials|authentication required|unauthorized|denied|401/i.test(message)) {
+      if (!auth) throw new ImageSettingsError(`image registry ${this.host} wants credentials and Docker has none for it: docker login ${this.host} (stored in $DOCKER_CONFIG/config.json, default ~/.docker)`, "credentials");
+      throw new ImageSettingsError(`image registry ${this.host} refused the credentials Docker has for user "${auth.username}": docker login ${this.host} again (DOCKER_CONFIG: ${this.env.DOCKER_CONFIG || "~/.docker"})`, "credentials");
     }
+    if (/server gave HTTP response to HTTPS client/i.test(message)) {
+      throw new ImageSettingsError(`image registry ${this.host} speaks plain HTTP, and Docker requires TLS for it: give it a certificate Docker trusts, or list it in the daemon's insecure-registries (docs/images.md)`, "tls");
+    }
+    if (/x509|certificate|tls:/i.test(message)) {
+      throw new ImageSettingsError(`image registry ${this.host}: Docker does not trust its TLS certificate (${why}): install the CA on the Docker host (/etc/docker/certs.d/${this.host}/ca.crt)`, "tls");
+    }
+    if (/error parsing HTTP \d+ response/i.test(message)) {
+      throw new ImageSettingsError(`image registry ${this.host} answers, but not as a Docker registry (distribution v2) does: ${fix}`, "unreachable");
+    }
+    throw new ImageSettingsError(`image registry ${this.host} does not answer (${why.split("\n")[0]}): ${fix}`, "unreachable");
   }
 }
 
@@ -136,11 +132,15 @@ export function isRegistryMiss(message: string): boolean {
 
 /**
  * The image settings of a Docker runtime from flags, else the environment (PROCTOR_IMAGE_REGISTRY,
- * PROCTOR_IMAGE_CACHE_GB): the registry checked once (its /v2/ answers and takes Docker's
- * credentials) and the disk budget in bytes ("default" when none is given). Throws
+ * PROCTOR_IMAGE_CACHE_GB): the registry checked once through the daemon (it answers and takes
+ * Docker's credentials) and the disk budget in bytes ("default" when none is given). Throws
  * ImageSettingsError with one line for each problem.
  */
-export async function imageSettings(given: { registry?: string | undefined; cacheGb?: string | number | undefined }, env: NodeJS.ProcessEnv = process.env): Promise<{ imageRegistry: ImageRegistry | null; imageCacheBytes: number | "default" }> {
+export async function imageSettings(
+  given: { registry?: string | undefined; cacheGb?: string | number | undefined },
+  env: NodeJS.ProcessEnv = process.env,
+  docker: Dockerode = new Dockerode(),
+): Promise<{ imageRegistry: ImageRegistry | null; imageCacheBytes: number | "default" }> {
   const spec = given.registry ?? (env.PROCTOR_IMAGE_REGISTRY || undefined);
   const flag = given.registry !== undefined ? "--image-registry" : "PROCTOR_IMAGE_REGISTRY";
   let registry: ImageRegistry | null = null;
@@ -150,7 +150,7 @@ export async function imageSettings(given: { registry?: string | undefined; cach
     } catch (error) {
       throw error instanceof ImageSettingsError ? new ImageSettingsError(`${flag}: ${error.message}`, error.kind) : error;
     }
-    await registry.check();
+    await registry.check(docker);
   }
   const cacheGb = given.cacheGb ?? (env.PROCTOR_IMAGE_CACHE_GB || undefined);
   let imageCacheBytes: number | "default" = "default";

@@ -512,7 +512,14 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
   const limitsGiven = options.containerConfig !== undefined || Object.values(limitFlags).some((v) => v !== undefined);
   const resolvedLimits = storedLimits !== undefined && !limitsGiven ? storedLimits : resolveRunLimits(limitFlags, container);
 
-  if (options.queue) await ensureQueue(options.queue);
+  if (options.queue) {
+    const given = (["imageRegistry", "imageCacheGb"] as const).filter((key) => options.images?.[key] !== undefined);
+    if (given.length > 0) {
+      const flags = given.map((key) => (key === "imageRegistry" ? "--image-registry" : "--image-cache-gb")).join(" and ");
+      throw new UsageError(`${flags}: with --queue the workers build, pull and keep the images; give ${given.length > 1 ? "them" : "it"} to proctor worker (or set ${given.map((key) => (key === "imageRegistry" ? "PROCTOR_IMAGE_REGISTRY" : "PROCTOR_IMAGE_CACHE_GB")).join(" / ")} where the workers run)`);
+    }
+    await ensureQueue(options.queue);
+  }
 
   // The run directory is locked while this command writes it: a resume takes the lock at once (a
   // run still going refuses it, naming its pid); a new run creates the directory and takes it
