@@ -9,6 +9,7 @@ import { UsageError, EXIT_INTERRUPTED } from "../errors";
 import { openRuntime, parseRuntimeChoice } from "../runtime";
 import { prepareSources } from "../sources";
 import { VERSION } from "../program";
+import { followRun } from "./run";
 
 export interface RegradeCommandOptions {
   /** The run whose kept outputs are graded again. */
@@ -104,12 +105,9 @@ export async function regradeCommand(options: RegradeCommandOptions): Promise<nu
       logger: options.logger,
       signal: controller.signal,
     });
-    const unsubscribe = handle.bus.subscribe((event) => progress.onEvent(event));
     try {
-      summary = await handle.done;
+      summary = await followRun(handle, progress);
     } finally {
-      unsubscribe();
-      progress.stop();
       process.off("SIGINT", onSignal);
       process.off("SIGTERM", onSignal);
     }

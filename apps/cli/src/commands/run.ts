@@ -4,14 +4,14 @@ import { basename, dirname, join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
 import type { AgentSpec, Logger, ModelProxySpec, RunConfig, RunSummary, TaskSpec } from "@proctor/schema";
 import { DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, PRICE_LIBRARY, isPriced } from "@proctor/llm";
-import { lockRunDir, readRunConfig, retrySelector, startRun, type RunBudget, type RunDirLock } from "@proctor/engine";
+import { lockRunDir, readRunConfig, retrySelector, startRun, type RunBudget, type RunDirLock, type RunHandle } from "@proctor/engine";
 import { loadTasks, nearestName } from "@proctor/tasks";
 import { AgentConfigError, AgentError, BUILTIN_INSTALLED_AGENTS, readPriceTable, builtinInstalledAgent, installAgent, isBuiltinInstalledAgent, patchesAgent, readImageAgent, readInstalledAgent, type InstalledAgentDefinition } from "@proctor/agents";
 import { parseContainerConfig, type ContainerConfig } from "@proctor/sandbox-docker";
 import { concurrencyWarning, describeLimits, hostCapacity, resolveRunLimits, storedRunLimits, type LimitFlags, type ResolvedLimits } from "../limits";
 import { CliError, UsageError, EXIT_INTERRUPTED, EXIT_FATAL_AGENT, EXIT_TRIALS_FAILED, EXIT_BUDGET } from "../errors";
 import { DEFAULT_DOCKER_IMAGE, openRuntime, parseRuntimeChoice, type ImageFlags } from "../runtime";
-import { createProgress, parseResults, renderRunSummary } from "@proctor/report";
+import { createProgress, parseResults, renderRunSummary, type ProgressReporter } from "@proctor/report";
 import { VERSION } from "../program";
 import { prepareSources } from "../sources";
 import { datasetSources, originsOf, resolveRemoteSources } from "../remote-sources";
@@ -640,13 +640,7 @@ export async function runCommand(options: RunCommandOptions): Promise<number> {
           priceSource: priceSource ?? { ...PRICE_LIBRARY },
           ...(computePrice !== undefined ? { computeUsdPerCpuHour: computePrice } : {}),
         });
-        const unsubscribe = handle.bus.subscribe((event) => progress.onEvent(event));
-        try {
-          summary = await handle.done;
-        } finally {
-          unsubscribe();
-          progress.stop();
-        }
+        summary = await followRun(handle, progress);
       } finally {
         process.off("SIGINT", sigint);
         process.off("SIGTERM", sigterm);
@@ -730,5 +724,16 @@ async function preinstall(spec: Extract<AgentSpec, { kind: "installed" }>, runti
   } catch (error) {
     if (error instanceof AgentError) throw new CliError(error.message, 1, { cause: error });
     throw error;
+  }
+}
+
+/** Shows a run's events as progress lines until it ends; its summary. */
+export async function followRun(handle: RunHandle, progress: ProgressReporter): Promise<RunSummary> {
+  const unsubscribe = handle.bus.subscribe((event) => progress.onEvent(event));
+  try {
+    return await handle.done;
+  } finally {
+    unsubscribe();
+    progress.stop();
   }
 }
