@@ -59,6 +59,19 @@ test("proctor doctor names the engine it could not reach and how to start one, a
 });
 
 describe.skipIf(!dockerUp)("with a Docker engine on this host", () => {
+  test("the image registry is checked through the daemon: none set is fine, one that does not answer is missing", async () => {
+    const none = await findings(["-o", join(work, "runs")], { PROCTOR_IMAGE_REGISTRY: "" });
+    expect(about(none.findings, "image registry")).toMatchObject({ status: "ok", found: "none set (PROCTOR_IMAGE_REGISTRY): each Docker host builds the task images it needs" });
+    const { code, findings: list } = await findings(["-o", join(work, "runs")], { PROCTOR_IMAGE_REGISTRY: "127.0.0.1:1" });
+    expect(about(list, "image registry")).toEqual({
+      status: "missing",
+      what: "image registry",
+      found: "PROCTOR_IMAGE_REGISTRY=127.0.0.1:1: image registry 127.0.0.1:1 does not answer (dial tcp 127.0.0.1:1: connect: connection refused): start it, or fix --image-registry / PROCTOR_IMAGE_REGISTRY",
+      fix: "docs/images.md (a cluster: share images through a registry)",
+    });
+    expect(code).toBe(1);
+  });
+
   test("the changes fast path is found with the bundled binding even when getfattr and redis-server are not on PATH", async () => {
     const { findings: list } = await findings(["-o", join(work, "runs")], { PATH: join(work, "empty-path") });
     const fastPath = about(list, "changes fast path");

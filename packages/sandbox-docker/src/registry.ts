@@ -89,7 +89,7 @@ export class ImageRegistry {
    * so a name that means something else to Proctor's process (a worker in a container) is judged
    * as the daemon sees it. Throws ImageSettingsError with one line saying what to do.
    */
-  async check(docker: Dockerode): Promise<void> {
+  async check(docker: Dockerode = new Dockerode()): Promise<void> {
     const auth = await this.auth();
     const probe = this.remoteRef("proctor-build/registry-check");
     const fix = "start it, or fix --image-registry / PROCTOR_IMAGE_REGISTRY";

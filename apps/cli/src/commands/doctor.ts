@@ -3,7 +3,7 @@ import { constants } from "node:fs";
 import { access, stat } from "node:fs/promises";
 import { homedir } from "node:os";
 import { delimiter, join, relative, resolve } from "node:path";
-import { DockerRuntime, dockerHostReport, type DockerHostReport } from "@proctor/sandbox-docker";
+import { DockerRuntime, ImageRegistry, dockerHostReport, type DockerHostReport } from "@proctor/sandbox-docker";
 import { defaultCacheDir } from "@proctor/tasks";
 import { DEFAULT_DOCKER_IMAGE } from "../runtime";
 
@@ -42,7 +42,7 @@ async function diagnose(runsRoot: string): Promise<Finding[]> {
   const findings: Finding[] = [node()];
   const docker = await dockerHostReport({ images: [DEFAULT_DOCKER_IMAGE, BUSYBOX_IMAGE] });
   findings.push(...dockerFindings(docker));
-  if (!("error" in docker.engine)) findings.push(await taskImages());
+  if (!("error" in docker.engine)) findings.push(await taskImages(), await imageRegistry());
   findings.push(await redis(), await chromium());
   findings.push(await directory("runs root", runsRoot, "where proctor run writes (-o)"));
   findings.push(await directory("cache: task files", defaultCacheDir(), "imported tasks' files by content hash"));
@@ -111,6 +111,20 @@ async function taskImages(): Promise<Finding> {
     return { status: "ok", what, found };
   } catch (error) {
     return { status: "note", what, found: `could not be listed (${error instanceof Error ? error.message : String(error)})`, fix: "check that the Docker engine answers: docker system df" };
+  }
+}
+
+/** PROCTOR_IMAGE_REGISTRY, checked as a run checks it (through the Docker daemon). */
+async function imageRegistry(): Promise<Finding> {
+  const what = "image registry";
+  const spec = process.env.PROCTOR_IMAGE_REGISTRY;
+  if (!spec) return { status: "ok", what, found: "none set (PROCTOR_IMAGE_REGISTRY): each Docker host builds the task images it needs" };
+  try {
+    const registry = new ImageRegistry(spec);
+    await registry.check();
+    return { status: "ok", what, found: `${registry.host} answers the Docker daemon (PROCTOR_IMAGE_REGISTRY): task images are pulled from and pushed to it` };
+  } catch (error) {
+    return { status: "missing", what, found: `PROCTOR_IMAGE_REGISTRY=${spec}: ${error instanceof Error ? error.message : String(error)}`, fix: "docs/images.md (a cluster: share images through a registry)" };
   }
 }
 
