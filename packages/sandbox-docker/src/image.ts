@@ -162,9 +162,9 @@ export class ImageResolver {
     return image;
   }
 
-  /** The tag a build context's image gets: `proctor-build/<sha256 of the context and build args>`. */
-  static async buildTag(context: string, buildArgs?: Record<string, string>): Promise<string> {
-    return `${BUILD_REPOSITORY}/${await hashContext(context, buildArgs)}`;
+  /** The tag a build context's image gets: `proctor-build/<sha256 of the context (less `exclude`) and build args>`. */
+  static async buildTag(context: string, buildArgs?: Record<string, string>, exclude?: readonly string[]): Promise<string> {
+    return `${BUILD_REPOSITORY}/${await hashContext(context, buildArgs, exclude)}`;
   }
 
   private async build(context: string, request: ImageRequest, progress: (line: string) => void): Promise<{ image: string; outcome: ImageOutcome }> {
@@ -173,7 +173,7 @@ export class ImageResolver {
     } catch (error) {
       throw new ImageError(`Build context ${context} has no Dockerfile at its root: add one, or name a pullable image in task.toml.`, request.image, { cause: error });
     }
-    const tag = await ImageResolver.buildTag(context, request.buildArgs);
+    const tag = await ImageResolver.buildTag(context, request.buildArgs, request.contextExclude);
     const resolved = await this.once(`build:${tag}`, async () => {
       if (await this.present(tag)) {
         progress(`using cached build ${tag}`);
@@ -358,7 +358,7 @@ export class ImageResolver {
     };
     let failure: string | null = null;
     try {
-      const stream = (await this.docker.buildImage(packDirectory(context) as unknown as NodeJS.ReadableStream, {
+      const stream = (await this.docker.buildImage(packDirectory(context, request.contextExclude ? { exclude: request.contextExclude } : {}) as unknown as NodeJS.ReadableStream, {
         t: tag,
         forcerm: true,
         labels: { "proctor.build-context": context },

@@ -40,7 +40,7 @@ export interface ImagesBuildOptions extends ImageFlags {
 /** One image the tasks need: a build context's (its hash tag) or a named one. */
 interface Wanted {
   key: string;
-  request: { image: string | null; buildContext: string | null; buildTimeoutMs: number };
+  request: { image: string | null; buildContext: string | null; contextExclude?: readonly string[]; buildTimeoutMs: number };
   tasks: string[];
 }
 
@@ -70,7 +70,7 @@ export async function imagesBuildCommand(options: ImagesBuildOptions): Promise<n
         none++;
         continue;
       }
-      const entry = wanted.get(key) ?? { key, request: { image: task.environment.dockerImage, buildContext: task.environment.buildContext, buildTimeoutMs: task.environment.buildTimeoutSec * 1000 }, tasks: [] };
+      const entry = wanted.get(key) ?? { key, request: { image: task.environment.dockerImage, buildContext: task.environment.buildContext, ...(task.environment.buildContextExclude ? { contextExclude: task.environment.buildContextExclude } : {}), buildTimeoutMs: task.environment.buildTimeoutSec * 1000 }, tasks: [] };
       entry.tasks.push(task.id);
       wanted.set(key, entry);
     }
@@ -115,8 +115,8 @@ export async function imagesBuildCommand(options: ImagesBuildOptions): Promise<n
 
 /** The image a task needs: `proctor-build/<hash>` for a build context, else its named image; null for the default image. */
 async function imageKey(task: TaskSpec): Promise<string | null> {
-  const { dockerImage, buildContext } = task.environment;
-  if (buildContext) return ImageResolver.buildTag(buildContext);
+  const { dockerImage, buildContext, buildContextExclude } = task.environment;
+  if (buildContext) return ImageResolver.buildTag(buildContext, undefined, buildContextExclude);
   return dockerImage;
 }
 
