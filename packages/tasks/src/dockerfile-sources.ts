@@ -5,7 +5,7 @@ import picomatch from "picomatch";
  * as written: the arguments before the destination, in shell or JSON form. Comment lines and
  * parser directives are skipped and continued lines joined, as Docker's classic builder reads them.
  */
-export function copySources(dockerfile: string): string[] {
+function copySources(dockerfile: string): string[] {
   const lines = dockerfile.split(/\r?\n/);
   let escape = "\\";
   let start = 0;
