@@ -39,6 +39,7 @@ const BENCHES: Bench[] = [
   { name: "leaderboard", docker: false, quick: ["--runs", "40", "--trials", "200", "--rounds", "3"], full: [] },
   { name: "sandbox-exec", docker: true, quick: ["--execs", "20", "--lifecycles", "5"], full: [] },
   { name: "trial-overhead", docker: true, quick: ["--trials", "48", "--parallel", "8", "--rounds", "1"], full: [] },
+  { name: "cold-builds", docker: true, quick: ["--tasks", "12", "--parallel", "8"], full: [] },
   { name: "slots", docker: true, quick: ["--rollouts", "200", "--naive-rollouts", "24"], full: [] },
   { name: "queue", docker: false, quick: ["--trials", "400", "--tasks", "20"], full: [] },
   { name: "installed-agent", docker: true, quick: ["--trials", "3", "--rounds", "2", "--requests", "300"], full: [] },

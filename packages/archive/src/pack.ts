@@ -5,6 +5,8 @@ import { UnsafePathError } from "./errors";
 export interface PackDirectoryOptions {
   /** Put every entry under this relative directory in the archive (e.g. `"app"` gives `app/...`). */
   prefix?: string;
+  /** Top-level entries of `dir` to leave out (names, such as `"tests"`: a directory goes with everything in it). */
+  exclude?: readonly string[];
 }
 
 /**
@@ -15,7 +17,10 @@ export interface PackDirectoryOptions {
  */
 export function packDirectory(dir: string, options: PackDirectoryOptions = {}): Readable {
   const prefix = options.prefix === undefined ? undefined : checkRelative(options.prefix).replace(/\/+$/, "");
-  const pack = tar.c({ cwd: dir, portable: true, prefix: prefix || undefined }, ["."]);
+  const excluded = new Set(options.exclude ?? []);
+  // tar names entries "./name/..." (and the root "."): the first segment after "./" is the top-level entry.
+  const filter = excluded.size === 0 ? undefined : (path: string) => !excluded.has(path.replace(/^\.\//, "").split("/", 1)[0] ?? "");
+  const pack = tar.c({ cwd: dir, portable: true, prefix: prefix || undefined, ...(filter ? { filter } : {}) }, ["."]);
   const out = new PassThrough();
   pack.on("error", (error: unknown) => out.destroy(error instanceof Error ? error : new Error(String(error))));
   pack.pipe(out);

@@ -40,4 +40,19 @@ describe("hashContext", () => {
     await symlink("src/a.txt", join(a, "link"));
     expect(await hashContext(a)).not.toBe(executable);
   });
+
+  it("leaves out excluded top-level entries: changing them keeps the hash, a nested one of the same name counts", async () => {
+    const dir = await context({ Dockerfile: "FROM x\n", "app.py": "print()\n", "tests/test_a.py": "a", "run-tests.sh": "x", "src/tests": "nested" });
+    const exclude = ["tests", "run-tests.sh"];
+    const before = await hashContext(dir, undefined, exclude);
+    expect(before).not.toBe(await hashContext(dir));
+    await writeFile(join(dir, "tests/test_a.py"), "changed");
+    await writeFile(join(dir, "tests/new.py"), "new");
+    await writeFile(join(dir, "run-tests.sh"), "changed");
+    expect(await hashContext(dir, undefined, exclude)).toBe(before);
+    await writeFile(join(dir, "src/tests"), "changed");
+    expect(await hashContext(dir, undefined, exclude)).not.toBe(before);
+    // Without an exclude list the hash is what it always was (existing image names stay valid).
+    expect(await hashContext(dir, undefined, [])).toBe(await hashContext(dir));
+  });
 });

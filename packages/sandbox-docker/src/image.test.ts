@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Dockerode from "dockerode";
@@ -74,6 +74,22 @@ describe.skipIf(!run)("DockerRuntime.resolveImage", () => {
     builds.length = 0;
     expect(await runtime.resolveImage({ ...request, image: null })).toBe(first);
     expect(progress).toEqual([`using cached build ${first}`]);
+    expect(builds).toEqual([]);
+  });
+
+  it("contextExclude leaves entries out of the image's name and of what the builder gets", async () => {
+    const dir = await context(`FROM ${BUSYBOX}\nCOPY . /ctx\nRUN ls /ctx > /listing`, { "app.txt": "app\n", "run-tests.sh": "echo test\n" });
+    await mkdir(join(dir, "tests"));
+    await writeFile(join(dir, "tests", "test_a.py"), "a\n");
+    const request = { image: null, buildContext: dir, contextExclude: ["tests", "run-tests.sh"], buildTimeoutMs: 60_000 };
+    const image = await runtime.resolveImage(request);
+    builtTags.add(image);
+    await using sandbox = await runtime.create({ image, labels: tracked.labels });
+    expect((await sandbox.exec(["cat", "/listing"])).stdout).toBe("Dockerfile\napp.txt\n");
+    // A changed test file: the same image, no build.
+    await writeFile(join(dir, "tests", "test_a.py"), "changed\n");
+    const builds: ImageBuildUpdate[] = [];
+    expect(await runtime.resolveImage({ ...request, onBuild: (u) => builds.push(u) })).toBe(image);
     expect(builds).toEqual([]);
   });
 

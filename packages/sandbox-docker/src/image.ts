@@ -1,10 +1,11 @@
-import { access } from "node:fs/promises";
+import { access, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import type Dockerode from "dockerode";
 import { packDirectory } from "@proctor/archive";
 import { ImageError, type ImageBuildUpdate, type ImageRequest } from "@proctor/sandbox";
 import type { Logger } from "@proctor/schema";
 import type { BuildLock } from "./build-lock";
+import { BuildSlots, defaultBuildConcurrency, dockerfilePrefix, PrefixGate, startsStep } from "./build-schedule";
 import { hashContext } from "./context-hash";
 import { daemonMessage, statusCode } from "./docker-errors";
 import type { ImageCache, ImageIndex } from "./image-cache";
@@ -42,6 +43,18 @@ export interface ImageSharing {
   cache?: ImageCache | null;
 }
 
+/** How this process schedules its builds. */
+export interface BuildScheduling {
+  /** Builds running at once (others wait for a slot); default one per CPU, at most one per 2 GB of memory. */
+  concurrency?: number;
+  /**
+   * Builds whose Dockerfiles start with the same steps before any COPY/ADD (see dockerfilePrefix)
+   * run those steps once: the first runs them while the others wait, then they find them in
+   * Docker's build cache. Default true.
+   */
+  sharePrefixes?: boolean;
+}
+
 /** An image not handed to a sandbox this long after it was resolved no longer counts as pending. */
 const PENDING_MS = 10 * 60_000;
 
@@ -57,8 +70,13 @@ export class ImageResolver {
   /** Build tags resolved by this process and not yet started in a sandbox, with when. */
   private readonly resolvedAt = new Map<string, number>();
   private registryDown = false;
+  private readonly slots: BuildSlots;
+  private readonly prefixes: PrefixGate | null;
 
-  constructor(private readonly docker: Dockerode, private readonly logger: Logger, private readonly sharing: ImageSharing = {}) {}
+  constructor(private readonly docker: Dockerode, private readonly logger: Logger, private readonly sharing: ImageSharing = {}, scheduling: BuildScheduling = {}) {
+    this.slots = new BuildSlots(scheduling.concurrency ?? defaultBuildConcurrency());
+    this.prefixes = scheduling.sharePrefixes === false ? null : new PrefixGate();
+  }
 
   /** The registry in use, or null (none configured, or found unreachable during this run). */
   get registry(): ImageRegistry | null {
@@ -144,9 +162,9 @@ export class ImageResolver {
     return image;
   }
 
-  /** The tag a build context's image gets: `proctor-build/<sha256 of the context and build args>`. */
-  static async buildTag(context: string, buildArgs?: Record<string, string>): Promise<string> {
-    return `${BUILD_REPOSITORY}/${await hashContext(context, buildArgs)}`;
+  /** The tag a build context's image gets: `proctor-build/<sha256 of the context (less `exclude`) and build args>`. */
+  static async buildTag(context: string, buildArgs?: Record<string, string>, exclude?: readonly string[]): Promise<string> {
+    return `${BUILD_REPOSITORY}/${await hashContext(context, buildArgs, exclude)}`;
   }
 
   private async build(context: string, request: ImageRequest, progress: (line: string) => void): Promise<{ image: string; outcome: ImageOutcome }> {
@@ -155,7 +173,7 @@ export class ImageResolver {
     } catch (error) {
       throw new ImageError(`Build context ${context} has no Dockerfile at its root: add one, or name a pullable image in task.toml.`, request.image, { cause: error });
     }
-    const tag = await ImageResolver.buildTag(context, request.buildArgs);
+    const tag = await ImageResolver.buildTag(context, request.buildArgs, request.contextExclude);
     const resolved = await this.once(`build:${tag}`, async () => {
       if (await this.present(tag)) {
         progress(`using cached build ${tag}`);
@@ -169,7 +187,7 @@ export class ImageResolver {
           return { image: tag, outcome: "reused" as const };
         }
         if (await this.pullShared(tag, request, progress)) return { image: tag, outcome: "pulled" as const };
-        await this.runBuild(context, tag, request, progress);
+        await this.scheduledBuild(context, tag, request, progress);
         await this.pushShared(tag, progress);
         return { image: tag, outcome: "built" as const };
       } finally {
@@ -267,7 +285,40 @@ export class ImageResolver {
       .catch((error: unknown) => this.logger.debug("could not remove a registry tag", { image: ref, error: daemonMessage(error) }));
   }
 
-  private async runBuild(context: string, tag: string, request: ImageRequest, progress: (line: string) => void): Promise<void> {
+  /**
+   * runBuild in a build slot; a build sharing its Dockerfile's prefix with a running one waits
+   * (holding no slot) until that one has committed the prefix, then finds it in the build cache.
+   */
+  private async scheduledBuild(context: string, tag: string, request: ImageRequest, progress: (line: string) => void): Promise<void> {
+    const prefix = this.prefixes === null ? null : dockerfilePrefix(await readFile(join(context, "Dockerfile"), "utf8"), { ...(request.buildArgs ? { buildArgs: request.buildArgs } : {}), network: request.buildNetwork !== false });
+    const gate = this.prefixes !== null && prefix !== null ? await this.enter(this.prefixes, prefix.key, request.signal, tag) : null;
+    if (gate && prefix && !gate.leader) progress(`the first ${prefix.steps} step(s) were built by another build; using them from the build cache`);
+    try {
+      const release = await this.slots.acquire(request.signal).catch((error: unknown) => {
+        throw new ImageError(`Building ${context} was cancelled while waiting for a build slot.`, request.image, { cause: error });
+      });
+      try {
+        const onLine = gate && prefix ? (line: string) => (startsStep(line, prefix.steps + 1) ? gate.done(true) : undefined) : undefined;
+        await this.runBuild(context, tag, request, progress, onLine);
+      } finally {
+        release();
+      }
+      gate?.done(true);
+    } finally {
+      // Failed or cancelled before the prefix was committed: a waiter takes over.
+      gate?.done(false);
+    }
+  }
+
+  private async enter(gate: PrefixGate, key: string, signal: AbortSignal | undefined, tag: string): Promise<{ leader: boolean; done: (committed: boolean) => void }> {
+    try {
+      return await gate.enter(key, signal);
+    } catch (error) {
+      throw new ImageError(`Building ${tag} was cancelled while waiting for a build of the same Dockerfile steps.`, null, { cause: error });
+    }
+  }
+
+  private async runBuild(context: string, tag: string, request: ImageRequest, progress: (line: string) => void, onLine?: (line: string) => void): Promise<void> {
     this.logger.info("building image", { context, tag });
     progress(`building ${tag} from ${context}`);
     const onBuild = (update: ImageBuildUpdate) => {
@@ -291,6 +342,7 @@ export class ImageResolver {
     if (request.signal?.aborted) controller.abort();
     const tail: string[] = [];
     const remember = (line: string) => {
+      onLine?.(line);
       tail.push(line);
       if (tail.length > LOG_TAIL_LINES) tail.shift();
       progress(line);
@@ -306,7 +358,7 @@ export class ImageResolver {
     };
     let failure: string | null = null;
     try {
-      const stream = (await this.docker.buildImage(packDirectory(context) as unknown as NodeJS.ReadableStream, {
+      const stream = (await this.docker.buildImage(packDirectory(context, request.contextExclude ? { exclude: request.contextExclude } : {}) as unknown as NodeJS.ReadableStream, {
         t: tag,
         forcerm: true,
         labels: { "proctor.build-context": context },

@@ -6,6 +6,7 @@ export { BUILD_REPOSITORY, ImageBuildLimitError, ImageResolver } from "./image";
 export type { ImageOutcome } from "./image";
 export { ImageRegistry, ImageSettingsError, imageSettings } from "./registry";
 export { FileBuildLock } from "./build-lock";
+export { defaultBuildConcurrency } from "./build-schedule";
 export { REGISTRY_BINARY, startRegistryServer } from "./registry-server";
 export type { RegistryServer } from "./registry-server";
 export type { BuildLock } from "./build-lock";

@@ -91,6 +91,13 @@ export interface DockerRuntimeOptions {
   imageRegistry?: ImageRegistry | null;
   /** Makes concurrent builds of one image wait for one: default a file lock per image under imageDataDir (one host); Redis for a cluster. */
   buildLock?: BuildLock;
+  /** Image builds running at once in this runtime; default one per CPU, at most one per 2 GB of memory. */
+  buildConcurrency?: number;
+  /**
+   * Builds whose Dockerfiles start with the same steps (before any COPY/ADD) run them once, the
+   * others waiting for the first and then using Docker's build cache. Default true.
+   */
+  shareBuildPrefixes?: boolean;
   /** Disk budget of proctor-build images in bytes, null for none; default ("default") a quarter of the Docker data root's disk. */
   imageCacheBytes?: number | null | "default";
   /** The image index (last use, tasks) and file build locks; default imageDataDir(). */
@@ -226,7 +233,10 @@ export class DockerRuntime implements SandboxRuntime {
       ...(options.imageInUseGraceMs !== undefined ? { inUseGraceMs: options.imageInUseGraceMs } : {}),
     };
     this.imageCache = new ImageCache(this.docker, cacheOptions);
-    this.images = new ImageResolver(this.docker, this.logger, { registry: options.imageRegistry ?? null, lock, index, cache: cacheOptions.budgetBytes === null ? null : this.imageCache });
+    this.images = new ImageResolver(this.docker, this.logger, { registry: options.imageRegistry ?? null, lock, index, cache: cacheOptions.budgetBytes === null ? null : this.imageCache }, {
+      ...(options.buildConcurrency !== undefined ? { concurrency: options.buildConcurrency } : {}),
+      ...(options.shareBuildPrefixes !== undefined ? { sharePrefixes: options.shareBuildPrefixes } : {}),
+    });
     this.fastPath = new ChangesFastPath(options.overlayXattrs ?? xattrChoiceFromEnv(), this.logger);
     this.pool = new WarmPool<DockerSandbox>({
       max: options.warmPool ?? DEFAULT_WARM_POOL,

@@ -283,6 +283,8 @@ export interface ImageRequest {
   image: string | null;
   /** Host directory with a Dockerfile, used when the image is absent and cannot be pulled. */
   buildContext: string | null;
+  /** Top-level entries of buildContext that are not part of the build (not hashed, not sent). */
+  contextExclude?: readonly string[];
   buildTimeoutMs: number;
   signal?: AbortSignal;
   onProgress?: (line: string) => void;

@@ -12,6 +12,11 @@ export const EnvironmentSpec = z.object({
   dockerImage: z.string().nullable(),
   /** Host directory holding the Dockerfile and its build context. */
   buildContext: z.string().nullable(),
+  /**
+   * Top-level entries of buildContext left out of the build (of its image's hash and of what is
+   * sent to the builder): task files there that the Dockerfile does not COPY or ADD.
+   */
+  buildContextExclude: z.array(z.string()).optional(),
   buildTimeoutSec: z.number().positive(),
   cpus: z.number().positive().nullable(),
   memoryMb: z.number().int().positive().nullable(),

@@ -46,6 +46,36 @@ const baseFiles = {
 };
 
 describe("loadTb1Task", () => {
+  test("leaves tests, run-tests.sh, solution.sh and task.yaml out of the build unless the Dockerfile copies them", async () => {
+    const excluded = async (dockerfile: string) => {
+      const { task, errors } = await tb1({ ...baseFiles, Dockerfile: dockerfile, "app.py": "print()\n" });
+      expect(errors).toEqual([]);
+      return must(task).environment.buildContextExclude ?? [];
+    };
+    const all = ["run-tests.sh", "solution.sh", "task.yaml", "tests"];
+    expect(await excluded("FROM proctor/base:bookworm\nWORKDIR /app\n")).toEqual(all);
+    expect(await excluded("FROM proctor/base:bookworm\nCOPY app.py /app/\nRUN python3 /app/app.py\n")).toEqual(all);
+    expect(await excluded("FROM proctor/base:bookworm\nCOPY --from=builder /out /app\n")).toEqual(all);
+    // The whole context, a variable or the context root: everything stays.
+    expect(await excluded("FROM proctor/base:bookworm\nCOPY . /app\n")).toEqual([]);
+    expect(await excluded("FROM proctor/base:bookworm\nCOPY ./ /app/\n")).toEqual([]);
+    expect(await excluded("FROM proctor/base:bookworm\nARG SRC=.\nCOPY $SRC /app\n")).toEqual([]);
+    // A named source or a glob keeps what it reaches (JSON form, flags and continued lines too).
+    expect(await excluded('FROM proctor/base:bookworm\nCOPY ["tests", "/opt/tests"]\n')).toEqual(["run-tests.sh", "solution.sh", "task.yaml"]);
+    expect(await excluded("FROM proctor/base:bookworm\nADD --chown=1000 \\\n  *.sh /opt/\n")).toEqual(["task.yaml", "tests"]);
+    expect(await excluded("FROM proctor/base:bookworm\nCOPY ./tests/data.txt task.yaml /opt/\n")).toEqual(["run-tests.sh", "solution.sh"]);
+  });
+
+  test("a compose build context other than the task root is left as it is", async () => {
+    const { task, errors } = await tb1({
+      ...baseFiles,
+      "docker-compose.yaml": "services:\n  client:\n    build:\n      context: ./env\n",
+      "env/Dockerfile": "FROM proctor/base:bookworm\n",
+    });
+    expect(errors).toEqual([]);
+    expect(must(task).environment.buildContextExclude).toBeUndefined();
+  });
+
   test("maps task.yaml, Dockerfile, run-tests.sh, tests/ and solution.sh", async () => {
     const { dir, task, errors } = await tb1(baseFiles);
     expect(errors).toEqual([]);

@@ -1,6 +1,8 @@
+import { readdir, readFile } from "node:fs/promises";
 import { basename, join, relative, resolve } from "node:path";
 import { DEFAULT_BUILD_TIMEOUT_SEC, type EnvironmentSpec, type TaskSpec } from "@proctor/schema";
 import { checkTaskId, finish, parseYaml, readText, type LoadedTask, type LoaderOptions } from "./common";
+import { unreferenced } from "./dockerfile-sources";
 import { UnsupportedTaskError } from "./errors";
 import { describe, displayPath, fail, isTable, kinds, Section, type Report } from "./fields";
 import { defaultCacheDir, isDir, isFile, listTree, prepareDir, type AnyEntry } from "./tree";
@@ -56,6 +58,10 @@ export async function loadTb1Task(dir: string, options: LoaderOptions = {}): Pro
   for (const key of INTERPRETED) yaml.take(key);
 
   const environment = await readEnvironment(root, dirReport);
+  if (environment.buildContext === root) {
+    const exclude = await taskFilesOutOfBuild(root);
+    if (exclude.length > 0) environment.buildContextExclude = exclude;
+  }
 
   const runTests = join(root, "run-tests.sh");
   let testsDir: string | null = null;
@@ -128,6 +134,25 @@ function readInstruction(yaml: Section): string {
 }
 
 const COMPOSE_FILES = ["docker-compose.yaml", "docker-compose.yml"];
+
+/** Files of a TB1 task that sit in its build context (the task root) but are the harness's, not the image's. */
+const TASK_FILES = ["tests", "run-tests.sh", "solution.sh", "solution.yaml", "task.yaml"];
+
+/**
+ * The task files at the root that the Dockerfile cannot read (no COPY/ADD source reaches them),
+ * so they are left out of the build: changing a test or the solution does not rebuild the image.
+ * A Dockerfile that copies the whole context (`COPY . /app`) keeps them all.
+ */
+async function taskFilesOutOfBuild(root: string): Promise<string[]> {
+  let dockerfile: string;
+  try {
+    dockerfile = await readFile(join(root, "Dockerfile"), "utf8");
+  } catch {
+    return [];
+  }
+  const present = (await readdir(root)).filter((name) => TASK_FILES.includes(name));
+  return unreferenced(dockerfile, present);
+}
 
 /**
  * A Dockerfile at the root is built with the root as context. A docker-compose file may name

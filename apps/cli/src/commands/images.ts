@@ -1,16 +1,14 @@
 import { mkdtemp, rm } from "node:fs/promises";
-import { availableParallelism, tmpdir, totalmem } from "node:os";
+import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { Logger, TaskSpec } from "@proctor/schema";
 import { formatDuration, textTable } from "@proctor/report";
-import { DockerRuntime, ImageResolver, dockerAvailable, dockerDisk, type CachedImage } from "@proctor/sandbox-docker";
+import { DockerRuntime, ImageResolver, defaultBuildConcurrency, dockerAvailable, dockerDisk, type CachedImage } from "@proctor/sandbox-docker";
 import { loadTasks } from "@proctor/tasks";
 import { RuntimeMissingError, UsageError } from "../errors";
 import { dockerImageOptions, type ImageFlags } from "../runtime";
 import { prepareSources } from "../sources";
 
-/** Memory one parallel build may count on, for the default -n of `proctor images build`. */
-const MEMORY_PER_BUILD = 2 * 1024 ** 3;
 const MB = 1024 ** 2;
 const GB = 1024 ** 3;
 
@@ -21,17 +19,12 @@ export function formatBytes(bytes: number): string {
 }
 
 /** A Docker runtime with the image settings; `withRegistry` false: none (ls and prune need no registry). */
-async function openDocker(logger: Logger, flags: ImageFlags, withRegistry = true): Promise<DockerRuntime> {
+async function openDocker(logger: Logger, flags: ImageFlags, withRegistry = true, buildConcurrency?: number): Promise<DockerRuntime> {
   if (!(await dockerAvailable())) {
     throw new RuntimeMissingError("no Docker engine answers on DOCKER_HOST or /var/run/docker.sock; task images live in Docker. Start one (tools/docker/ensure-engine.sh).");
   }
   const env = withRegistry ? process.env : { ...process.env, PROCTOR_IMAGE_REGISTRY: "" };
-  return new DockerRuntime({ logger, warmPool: 0, ...(await dockerImageOptions(withRegistry ? flags : { imageCacheGb: flags.imageCacheGb }, env)) });
-}
-
-/** Builds at once by default: one per CPU, at most one per 2 GB of memory, at least one. */
-export function defaultBuildConcurrency(): number {
-  return Math.max(1, Math.min(availableParallelism(), Math.floor(totalmem() / MEMORY_PER_BUILD)));
+  return new DockerRuntime({ logger, warmPool: 0, ...(buildConcurrency !== undefined ? { buildConcurrency } : {}), ...(await dockerImageOptions(withRegistry ? flags : { imageCacheGb: flags.imageCacheGb }, env)) });
 }
 
 export interface ImagesBuildOptions extends ImageFlags {
@@ -47,7 +40,7 @@ export interface ImagesBuildOptions extends ImageFlags {
 /** One image the tasks need: a build context's (its hash tag) or a named one. */
 interface Wanted {
   key: string;
-  request: { image: string | null; buildContext: string | null; buildTimeoutMs: number };
+  request: { image: string | null; buildContext: string | null; contextExclude?: readonly string[]; buildTimeoutMs: number };
   tasks: string[];
 }
 
@@ -67,7 +60,8 @@ export async function imagesBuildCommand(options: ImagesBuildOptions): Promise<n
     const loaded = await loadTasks(prepared.taskSources, { include: options.include, exclude: options.exclude });
     if (loaded.errors.length > 0) throw new UsageError(`${loaded.errors.length} problem(s) loading ${options.sources.join(", ")}:\n${loaded.errors.map((e) => `  ${e.message}`).join("\n")}`);
     if (loaded.tasks.length === 0) throw new UsageError(`no tasks in ${options.sources.join(", ")}`);
-    const runtime = await openDocker(options.logger, options);
+    const concurrency = options.concurrency ?? defaultBuildConcurrency();
+    const runtime = await openDocker(options.logger, options, true, concurrency);
     const wanted = new Map<string, Wanted>();
     let none = 0;
     for (const task of loaded.tasks) {
@@ -76,12 +70,11 @@ export async function imagesBuildCommand(options: ImagesBuildOptions): Promise<n
         none++;
         continue;
       }
-      const entry = wanted.get(key) ?? { key, request: { image: task.environment.dockerImage, buildContext: task.environment.buildContext, buildTimeoutMs: task.environment.buildTimeoutSec * 1000 }, tasks: [] };
+      const entry = wanted.get(key) ?? { key, request: { image: task.environment.dockerImage, buildContext: task.environment.buildContext, ...(task.environment.buildContextExclude ? { contextExclude: task.environment.buildContextExclude } : {}), buildTimeoutMs: task.environment.buildTimeoutSec * 1000 }, tasks: [] };
       entry.tasks.push(task.id);
       wanted.set(key, entry);
     }
     const jobs = [...wanted.values()];
-    const concurrency = options.concurrency ?? defaultBuildConcurrency();
     const registry = runtime.imageRegistry;
     err.write(`images: ${jobs.length} image(s) for ${loaded.tasks.length} task(s)${none > 0 ? ` (${none} use the default image)` : ""}, ${concurrency} at once${registry ? `, shared through ${registry.host}` : ""}\n`);
     const counts = { built: 0, reused: 0, pulled: 0, failed: 0 };
@@ -122,8 +115,8 @@ export async function imagesBuildCommand(options: ImagesBuildOptions): Promise<n
 
 /** The image a task needs: `proctor-build/<hash>` for a build context, else its named image; null for the default image. */
 async function imageKey(task: TaskSpec): Promise<string | null> {
-  const { dockerImage, buildContext } = task.environment;
-  if (buildContext) return ImageResolver.buildTag(buildContext);
+  const { dockerImage, buildContext, buildContextExclude } = task.environment;
+  if (buildContext) return ImageResolver.buildTag(buildContext, undefined, buildContextExclude);
   return dockerImage;
 }
 

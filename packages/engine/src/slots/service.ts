@@ -197,6 +197,7 @@ export class SlotService {
       image = this.options.runtime.resolveImage({
         image: spec.dockerImage ?? (spec.buildContext ? null : this.options.defaultImage),
         buildContext: spec.buildContext,
+        ...(spec.buildContextExclude ? { contextExclude: spec.buildContextExclude } : {}),
         // The server's own task files (not an upload): built as the trial pipeline builds them.
         buildTimeoutMs: spec.buildTimeoutSec * 1000,
         onProgress: (line) => this.options.logger.debug(line, { taskId: task.id }),

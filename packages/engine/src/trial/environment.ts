@@ -23,7 +23,7 @@ export async function startSandbox(attempt: Attempt, lifetimeMs: number, onPendi
       env.runtime.resolveImage({
         image: wanted,
         buildContext,
-        ...(agentImage ? { buildArgs: agentImage.buildArgs } : {}),
+        ...(agentImage ? { buildArgs: agentImage.buildArgs } : spec.buildContextExclude ? { contextExclude: spec.buildContextExclude } : {}),
         buildTimeoutMs: budgets.buildMs,
         taskId: task.id,
         signal: imageSignal,

@@ -157,6 +157,7 @@ async function startGrader(attempt: SandboxAttempt): Promise<Sandbox> {
   const image = await env.runtime.resolveImage({
     image: wanted,
     buildContext: competition?.graderImage ? null : spec.buildContext,
+    ...(spec.buildContextExclude ? { contextExclude: spec.buildContextExclude } : {}),
     buildTimeoutMs: budgets.buildMs,
     signal: AbortSignal.any([signal, AbortSignal.timeout(budgets.buildMs + HOUSEKEEPING_MS)]),
     onProgress: (line) => env.logger.debug(line, { trialId }),
