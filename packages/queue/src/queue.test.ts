@@ -52,8 +52,17 @@ const statusOf = (results: TrialResult[]) => Object.fromEntries(results.map((r) 
 const readResults = async (runDir: string) =>
   (await readFile(join(runDir, "results.jsonl"), "utf8")).trim().split("\n").map((l) => JSON.parse(l) as TrialResult);
 
+/** A local runtime that pins its images, as Docker's does (the engine records it as environment.imageId). */
+class PinningRuntime extends LocalRuntime {
+  async imageId(image: string): Promise<string> {
+    return `sha256:${createHash("sha256").update(image).digest("hex")}`;
+  }
+}
+
 describe("a run through the queue", () => {
   test("records what a local run records, with each trial's logs in the run dir", async () => {
+    // Every optional method of the runtime reaches the worker's trials, not only the ones a wrapper chose.
+    const runtime = new PinningRuntime({ rootDir: join(root, "sandboxes-pinning") });
     const local = await startRun({ runId: "local", runDir: join(root, "runs", "local"), tasks, agent: { kind: "oracle" }, runtime, concurrency: 2, attempts: 2 }).done;
     const store = new DirBundleStore(join(root, "bundles"));
     const dispatcher = new QueueDispatcher({ url: redis.url, bundles: { store, source: { kind: "dir", dir: store.dir } } });
@@ -67,7 +76,11 @@ describe("a run through the queue", () => {
       expect(summary.trials).toEqual(local.trials);
       const results = await readResults(handle.runDir);
       expect(results).toHaveLength(8);
-      expect(statusOf(results)).toEqual(statusOf(await readResults(join(root, "runs", "local"))));
+      const localResults = await readResults(join(root, "runs", "local"));
+      expect(statusOf(results)).toEqual(statusOf(localResults));
+      const pins = (list: TrialResult[]) => Object.fromEntries(list.map((r) => [r.trialId, r.environment?.imageId]));
+      expect(pins(results)).toEqual(pins(localResults));
+      expect(Object.values(pins(results)).every((id) => typeof id === "string" && id.startsWith("sha256:"))).toBe(true);
       for (const r of results) expect(existsSync(join(handle.runDir, "trials", r.trialId, "verifier"))).toBe(true);
       expect(new Set(phases).size).toBe(8); // worker events reached the run's bus
       const workers = await monitor.workers();

@@ -438,15 +438,15 @@ function definedOnly(limits: TrialLimitDefaults | undefined): TrialLimitDefaults
 
 /** The runtime with the worker's labels on every sandbox (the reaper finds them by it). */
 function labelled(runtime: SandboxRuntime, labels: Record<string, string>): SandboxRuntime {
-  return {
-    name: runtime.name,
-    capabilities: runtime.capabilities,
-    resolveImage: (request) => runtime.resolveImage(request),
-    create: (options) => runtime.create({ ...options, labels: { ...options.labels, ...labels } }),
-    reap: () => runtime.reap(),
-    ...(runtime.available ? { available: runtime.available.bind(runtime) } : {}),
-    ...(runtime.drain ? { drain: runtime.drain.bind(runtime) } : {}),
-  };
+  // A proxy, not a copy of chosen methods: an optional method left out (imageId, canMount, ...)
+  // silently changes what a trial on a worker records and how it is graded.
+  return new Proxy(runtime, {
+    get(target, property) {
+      if (property === "create") return (options: SandboxCreateOptions) => target.create({ ...options, labels: { ...options.labels, ...labels } });
+      const value: unknown = Reflect.get(target, property, target);
+      return typeof value === "function" ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
 }
 
 /** Removes a trial's scratch dir: synchronously when its trial dir was small, else (or if that fails) through the thread pool. */
