@@ -42,6 +42,7 @@ const BENCHES: Bench[] = [
   { name: "cold-builds", docker: true, quick: ["--tasks", "12", "--parallel", "8"], full: [] },
   { name: "slots", docker: true, quick: ["--rollouts", "200", "--naive-rollouts", "24"], full: [] },
   { name: "queue", docker: false, quick: ["--trials", "400", "--tasks", "20"], full: [] },
+  { name: "images", docker: true, quick: ["--tasks", "8"], full: [] },
   { name: "installed-agent", docker: true, quick: ["--trials", "3", "--rounds", "2", "--requests", "300"], full: [] },
   { name: "file-audit", docker: true, quick: ["--rounds", "3", "--imports", "5", "--execs", "200"], full: [] },
   { name: "swe-checkout", docker: false, quick: ["--instances", "5", "--commits", "1000"], full: [] },
