@@ -1,12 +1,17 @@
 import { PassThrough, Readable } from "node:stream";
+import type { Stats } from "node:fs";
 import * as tar from "tar";
+import type { ReadEntry } from "tar";
 import { UnsafePathError } from "./errors";
 
 export interface PackDirectoryOptions {
   /** Put every entry under this relative directory in the archive (e.g. `"app"` gives `app/...`). */
   prefix?: string;
-  /** Top-level entries of `dir` to leave out (names, such as `"tests"`: a directory goes with everything in it). */
-  exclude?: readonly string[];
+  /**
+   * Which entries go in, by their path relative to `dir` (`a/b.txt`) and whether they are a
+   * directory; a directory left out is not walked. Default: everything.
+   */
+  include?: (path: string, directory: boolean) => boolean;
 }
 
 /**
@@ -17,9 +22,11 @@ export interface PackDirectoryOptions {
  */
 export function packDirectory(dir: string, options: PackDirectoryOptions = {}): Readable {
   const prefix = options.prefix === undefined ? undefined : checkRelative(options.prefix).replace(/\/+$/, "");
-  const excluded = new Set(options.exclude ?? []);
-  // tar names entries "./name/..." (and the root "."): the first segment after "./" is the top-level entry.
-  const filter = excluded.size === 0 ? undefined : (path: string) => !excluded.has(path.replace(/^\.\//, "").split("/", 1)[0] ?? "");
+  const include = options.include;
+  // tar names entries "./a/b" (and the root ".").
+  const filter = include
+    ? (path: string, entry: Stats | ReadEntry) => path === "." || path === "./" || include(path.replace(/^\.\//, "").replace(/\/$/, ""), "isDirectory" in entry ? entry.isDirectory() : entry.type === "Directory")
+    : undefined;
   const pack = tar.c({ cwd: dir, portable: true, prefix: prefix || undefined, ...(filter ? { filter } : {}) }, ["."]);
   const out = new PassThrough();
   pack.on("error", (error: unknown) => out.destroy(error instanceof Error ? error : new Error(String(error))));

@@ -4,7 +4,7 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import { AgentConfigError, createAgent, type Agent } from "@proctor/agents";
 import { RepoCache, runTrial, systemClock, type TrialEnvironment } from "@proctor/engine";
-import { removeTreeWithoutStat, type SandboxRuntime } from "@proctor/sandbox";
+import { removeTreeWithoutStat, type SandboxCreateOptions, type SandboxRuntime } from "@proctor/sandbox";
 import { silentLogger, type AgentSpec, type EventBody, type Logger, type TrialResult } from "@proctor/schema";
 import { UnrecoverableError, Worker, type Job } from "bullmq";
 import type { ChainableCommander } from "ioredis";

@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { hashContext } from "./context-hash";
+import { contextFilter } from "./build-context";
 
 const dirs: string[] = [];
 afterEach(async () => {
@@ -43,7 +44,7 @@ describe("hashContext", () => {
 
   it("leaves out excluded top-level entries: changing them keeps the hash, a nested one of the same name counts", async () => {
     const dir = await context({ Dockerfile: "FROM x\n", "app.py": "print()\n", "tests/test_a.py": "a", "run-tests.sh": "x", "src/tests": "nested" });
-    const exclude = ["tests", "run-tests.sh"];
+    const exclude = await contextFilter(dir, ["tests", "run-tests.sh"]);
     const before = await hashContext(dir, undefined, exclude);
     expect(before).not.toBe(await hashContext(dir));
     await writeFile(join(dir, "tests/test_a.py"), "changed");
@@ -52,7 +53,7 @@ describe("hashContext", () => {
     expect(await hashContext(dir, undefined, exclude)).toBe(before);
     await writeFile(join(dir, "src/tests"), "changed");
     expect(await hashContext(dir, undefined, exclude)).not.toBe(before);
-    // Without an exclude list the hash is what it always was (existing image names stay valid).
-    expect(await hashContext(dir, undefined, [])).toBe(await hashContext(dir));
+    // Without an exclude list or a .dockerignore there is no filter: the hash is what it always was.
+    expect(await contextFilter(dir, [])).toBeNull();
   });
 });

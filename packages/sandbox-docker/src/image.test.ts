@@ -93,6 +93,35 @@ describe.skipIf(!run)("DockerRuntime.resolveImage", () => {
     expect(builds).toEqual([]);
   });
 
+  it("applies the context's .dockerignore as docker build does: ignored files are neither sent nor part of the image's name", async () => {
+    const dir = await context(`FROM ${BUSYBOX}\nCOPY . /ctx\nRUN find /ctx -type f | sort > /listing`, {
+      "app.txt": "app\n",
+      "solution.sh": "echo the answer\n",
+      ".dockerignore": "# the task's own\nsolution.sh\ndata\n!data/keep.txt\n*.pyc\nDockerfile\n",
+    });
+    await mkdir(join(dir, "data", "deep"), { recursive: true });
+    await writeFile(join(dir, "data", "keep.txt"), "kept\n");
+    await writeFile(join(dir, "data", "drop.txt"), "dropped\n");
+    await writeFile(join(dir, "data", "deep", "drop.txt"), "dropped\n");
+    await writeFile(join(dir, "cache.pyc"), "bytes\n");
+    const request = { image: null, buildContext: dir, buildTimeoutMs: 60_000 };
+    const image = await runtime.resolveImage(request);
+    builtTags.add(image);
+    await using sandbox = await runtime.create({ image, labels: tracked.labels });
+    // The Dockerfile is sent (the daemon reads it) and dropped by the daemon, as .dockerignore names it.
+    expect((await sandbox.exec(["cat", "/listing"])).stdout).toBe("/ctx/.dockerignore\n/ctx/app.txt\n/ctx/data/keep.txt\n");
+    // An ignored file changed: the same image, no build; a file that is sent changed: a new image.
+    await writeFile(join(dir, "solution.sh"), "echo another answer\n");
+    await writeFile(join(dir, "data", "deep", "drop.txt"), "changed\n");
+    const builds: ImageBuildUpdate[] = [];
+    expect(await runtime.resolveImage({ ...request, onBuild: (u) => builds.push(u) })).toBe(image);
+    expect(builds).toEqual([]);
+    await writeFile(join(dir, "data", "keep.txt"), "changed\n");
+    const rebuilt = await runtime.resolveImage(request);
+    builtTags.add(rebuilt);
+    expect(rebuilt).not.toBe(image);
+  });
+
   it("an image with a non-root USER gets log dirs its user can write, and execs run as that user", async () => {
     const dir = await context(`FROM ${BUSYBOX}\nUSER 1000:1000\nENTRYPOINT ["/bin/false"]`);
     const image = await runtime.resolveImage({ image: null, buildContext: dir, buildTimeoutMs: 60_000 });

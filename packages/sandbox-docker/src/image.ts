@@ -6,6 +6,7 @@ import { ImageError, type ImageBuildUpdate, type ImageRequest } from "@proctor/s
 import type { Logger } from "@proctor/schema";
 import type { BuildLock } from "./build-lock";
 import { BuildSlots, defaultBuildConcurrency, dockerfilePrefix, PrefixGate, startsStep } from "./build-schedule";
+import { contextFilter, type ContextFilter } from "./build-context";
 import { hashContext } from "./context-hash";
 import { daemonMessage, statusCode } from "./docker-errors";
 import type { ImageCache, ImageIndex } from "./image-cache";
@@ -162,9 +163,12 @@ export class ImageResolver {
     return image;
   }
 
-  /** The tag a build context's image gets: `proctor-build/<sha256 of the context (less `exclude`) and build args>`. */
+  /**
+   * The tag a build context's image gets: `proctor-build/<sha256 of what of the context is sent
+   * (its .dockerignore applied, less `exclude`) and build args>`.
+   */
   static async buildTag(context: string, buildArgs?: Record<string, string>, exclude?: readonly string[]): Promise<string> {
-    return `${BUILD_REPOSITORY}/${await hashContext(context, buildArgs, exclude)}`;
+    return `${BUILD_REPOSITORY}/${await hashContext(context, buildArgs, await contextFilter(context, exclude))}`;
   }
 
   private async build(context: string, request: ImageRequest, progress: (line: string) => void): Promise<{ image: string; outcome: ImageOutcome }> {
@@ -173,7 +177,10 @@ export class ImageResolver {
     } catch (error) {
       throw new ImageError(`Build context ${context} has no Dockerfile at its root: add one, or name a pullable image in task.toml.`, request.image, { cause: error });
     }
-    const tag = await ImageResolver.buildTag(context, request.buildArgs, request.contextExclude);
+    const include = await contextFilter(context, request.contextExclude).catch((error: unknown) => {
+      throw new ImageError(`Reading ${join(context, ".dockerignore")} failed: ${(error as Error).message}`, request.image, { cause: error });
+    });
+    const tag = `${BUILD_REPOSITORY}/${await hashContext(context, request.buildArgs, include)}`;
     const resolved = await this.once(`build:${tag}`, async () => {
       if (await this.present(tag)) {
         progress(`using cached build ${tag}`);
@@ -187,7 +194,7 @@ export class ImageResolver {
           return { image: tag, outcome: "reused" as const };
         }
         if (await this.pullShared(tag, request, progress)) return { image: tag, outcome: "pulled" as const };
-        await this.scheduledBuild(context, tag, request, progress);
+        await this.scheduledBuild(context, include, tag, request, progress);
         await this.pushShared(tag, progress);
         return { image: tag, outcome: "built" as const };
       } finally {
@@ -289,7 +296,7 @@ export class ImageResolver {
    * runBuild in a build slot; a build sharing its Dockerfile's prefix with a running one waits
    * (holding no slot) until that one has committed the prefix, then finds it in the build cache.
    */
-  private async scheduledBuild(context: string, tag: string, request: ImageRequest, progress: (line: string) => void): Promise<void> {
+  private async scheduledBuild(context: string, include: ContextFilter | null, tag: string, request: ImageRequest, progress: (line: string) => void): Promise<void> {
     const prefix = this.prefixes === null ? null : dockerfilePrefix(await readFile(join(context, "Dockerfile"), "utf8"), { ...(request.buildArgs ? { buildArgs: request.buildArgs } : {}), network: request.buildNetwork !== false });
     const gate = this.prefixes !== null && prefix !== null ? await this.enter(this.prefixes, prefix.key, request.signal, tag) : null;
     if (gate && prefix && !gate.leader) progress(`the first ${prefix.steps} step(s) were built by another build; using them from the build cache`);
@@ -299,7 +306,7 @@ export class ImageResolver {
       });
       try {
         const onLine = gate && prefix ? (line: string) => (startsStep(line, prefix.steps + 1) ? gate.done(true) : undefined) : undefined;
-        await this.runBuild(context, tag, request, progress, onLine);
+        await this.runBuild(context, include, tag, request, progress, onLine);
       } finally {
         release();
       }
@@ -318,7 +325,7 @@ export class ImageResolver {
     }
   }
 
-  private async runBuild(context: string, tag: string, request: ImageRequest, progress: (line: string) => void, onLine?: (line: string) => void): Promise<void> {
+  private async runBuild(context: string, include: ContextFilter | null, tag: string, request: ImageRequest, progress: (line: string) => void, onLine?: (line: string) => void): Promise<void> {
     this.logger.info("building image", { context, tag });
     progress(`building ${tag} from ${context}`);
     const onBuild = (update: ImageBuildUpdate) => {
@@ -358,7 +365,7 @@ export class ImageResolver {
     };
     let failure: string | null = null;
     try {
-      const stream = (await this.docker.buildImage(packDirectory(context, request.contextExclude ? { exclude: request.contextExclude } : {}) as unknown as NodeJS.ReadableStream, {
+      const stream = (await this.docker.buildImage(packDirectory(context, include ? { include } : {}) as unknown as NodeJS.ReadableStream, {
         t: tag,
         forcerm: true,
         labels: { "proctor.build-context": context },
