@@ -43,6 +43,9 @@ describe("batch budgets on POST /submit", () => {
       const summary = JSON.parse(await readFile(join(batchDir, "summary.json"), "utf8"));
       expect(summary).toMatchObject({ status: "budget_exhausted", trials: { planned: 3, total: 1 }, budget: { maxCostUsd: 0.1, notRun: 2 } });
       expect(summary.cost.totalUsd).toBeGreaterThan(0.1);
+      // GET /batch/:id says what the batch cost, as its summary does.
+      expect(final.cost_usd).toBeCloseTo(summary.cost.totalUsd, 6);
+      expect(final.unpriced_tasks).toBe(0);
       expect(JSON.parse(await readFile(join(batchDir, "run.json"), "utf8")).budget).toEqual({ maxCostUsd: 0.1 });
 
       // trial_max_cost: the proxy refuses the request after the one that passed it; the task is an agent error saying so.

@@ -15,6 +15,8 @@ function batch(overrides: Partial<BatchStateView> = {}): BatchStateView {
     passed: 1,
     failed: 0,
     meanReward: 1,
+    costUsd: 0.1234567,
+    unpricedTasks: 0,
     error: null,
     durationMs: null,
     startedAtMs: null,
@@ -29,7 +31,7 @@ describe("batch state -> responses", () => {
     const startedAtMs = Date.now() - 5_000;
     const json = batchStatusJson(batch({ startedAtMs }), null);
     expect(BatchStatusResponse.parse(json)).toEqual(json);
-    expect(json).toMatchObject({ batch_id: "b1", status: "running", total_tasks: 2, completed_tasks: 1, passed_tasks: 1, submitted_by: "5Grw" });
+    expect(json).toMatchObject({ batch_id: "b1", status: "running", total_tasks: 2, completed_tasks: 1, passed_tasks: 1, submitted_by: "5Grw", cost_usd: 0.123457, unpriced_tasks: 0 });
     expect(json.duration_ms).toBeGreaterThanOrEqual(5_000);
     expect(json).not.toHaveProperty("queue_position");
     expect(batchStatusJson(batch({ status: "queued" }), 3)).toMatchObject({ duration_ms: null, queue_position: 3 });

@@ -26,6 +26,9 @@ export interface BatchStateView {
   readonly passed: number;
   readonly failed: number;
   readonly meanReward: number;
+  /** USD the completed tasks cost, over those with a price; unpricedTasks: those without one. */
+  readonly costUsd: number;
+  readonly unpricedTasks: number;
   readonly error: string | null;
   /** Set once finished; while running the duration counts from startedAtMs. */
   readonly durationMs: number | null;
@@ -51,6 +54,8 @@ export function batchStatusJson(batch: BatchStateView, queuePosition: number | n
     passed_tasks: batch.passed,
     failed_tasks: batch.failed,
     aggregate_reward: batch.meanReward,
+    cost_usd: Math.round(batch.costUsd * 1e6) / 1e6,
+    unpriced_tasks: batch.unpricedTasks,
     error: batch.error,
     duration_ms: duration === null ? null : Math.round(duration),
     created_at: batch.record.createdAt,

@@ -83,6 +83,10 @@ export const BatchStatusResponse = z.object({
   passed_tasks: z.number().int().nonnegative(),
   failed_tasks: z.number().int().nonnegative(),
   aggregate_reward: z.number(),
+  /** USD the completed tasks cost (model tokens + compute), over those with a price (absent from older servers). */
+  cost_usd: z.number().nonnegative().optional(),
+  /** Completed tasks whose model usage has no price: their cost is not in cost_usd, never read as $0. */
+  unpriced_tasks: z.number().int().nonnegative().optional(),
   error: z.string().nullable(),
   duration_ms: z.number().nullable(),
   created_at: z.string(),

@@ -1,7 +1,7 @@
 import { stat } from "node:fs/promises";
 import type { Logger } from "@proctor/schema";
 import { loadKeypair } from "@proctor/auth";
-import { ProctorClient, type ClientAuth } from "@proctor/client";
+import { ProctorClient, type BatchStatusResponse, type ClientAuth } from "@proctor/client";
 import { batchTaskTable, createBatchProgress } from "@proctor/report";
 import { UsageError } from "../errors";
 import { percent } from "../format";
@@ -95,7 +95,14 @@ export async function submitCommand(options: SubmitOptions): Promise<number> {
   } else {
     process.stdout.write(`${batchTaskTable(progress.tasks.values())}\n\n`);
     const rate = status.total_tasks > 0 ? status.passed_tasks / status.total_tasks : null;
-    process.stdout.write(`batch ${status.batch_id} ${status.status}: ${status.passed_tasks}/${status.total_tasks} passed (${percent(rate)} of all tasks), mean reward ${status.aggregate_reward.toFixed(3)}\n`);
+    process.stdout.write(`batch ${status.batch_id} ${status.status}: ${status.passed_tasks}/${status.total_tasks} passed (${percent(rate)} of all tasks), mean reward ${status.aggregate_reward.toFixed(3)}${batchCost(status)}\n`);
   }
   return status.status === "completed" ? 0 : 1;
+}
+
+/** `, cost $0.1234` (and the unpriced tasks) when the server says what the batch cost. */
+function batchCost(status: BatchStatusResponse): string {
+  if (status.cost_usd === undefined) return "";
+  const unpriced = status.unpriced_tasks ? ` (+${status.unpriced_tasks} unpriced task${status.unpriced_tasks === 1 ? "" : "s"})` : "";
+  return `, cost $${status.cost_usd.toFixed(4)}${unpriced}`;
 }

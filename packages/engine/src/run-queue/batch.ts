@@ -1,4 +1,5 @@
 import type { EventBus } from "@proctor/events";
+import { trialCostUsd } from "@proctor/reward";
 import { isCleanPass, type ProctorEvent, type RunSummary, type TrialResult, type TrialStatus } from "@proctor/schema";
 import type { BatchRecord } from "./store";
 
@@ -37,6 +38,10 @@ export class QueuedBatch {
   passed = 0;
   failed = 0;
   rewardSum = 0;
+  /** USD the completed tasks cost (model tokens + compute), over those with a price. */
+  costUsd = 0;
+  /** Completed tasks whose model usage has no price (their cost is not in costUsd). */
+  unpricedTasks = 0;
   /** Seq of the last event this state reflects; null until known (restored batches read it lazily). */
   seq: number | null = 0;
   /**
@@ -100,6 +105,9 @@ export class QueuedBatch {
       if (isCleanPass(result)) this.passed += 1;
       else this.failed += 1;
       this.rewardSum += result.reward ?? 0;
+      const cost = trialCostUsd(result);
+      if (cost === null) this.unpricedTasks += 1;
+      else this.costUsd += cost;
     }
     Object.assign(task, {
       status: "completed",
