@@ -1,6 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { isCleanPass, type TrialResult } from "@proctor/schema";
+import { trialCostUsd } from "@proctor/reward";
 import type { LoadedRun } from "./load";
 import { fullReason, trialFlags } from "./model";
 
@@ -10,13 +11,14 @@ function csvCell(value: string | number | null): string {
 }
 
 /** One row per trial (RFC 4180; a `run` column tells runs apart). */
+/** One row per trial; `cost_usd` (tokens + compute) is empty when the trial's model has no price, never 0. */
 export function renderCsv(runs: readonly LoadedRun[]): string {
-  const header = ["run", "trial_id", "task_id", "attempt", "category", "difficulty", "status", "reward", "error_kind", "error_message", "duration_ms", "agent_exit_code", "agent_timed_out", "flags"];
+  const header = ["run", "trial_id", "task_id", "attempt", "category", "difficulty", "status", "reward", "error_kind", "error_message", "duration_ms", "agent_exit_code", "agent_timed_out", "flags", "input_tokens", "output_tokens", "cost_usd"];
   const rows = [header.join(",")];
   for (const run of runs) {
     for (const r of run.results) {
       rows.push(
-        [run.runId, r.trialId, r.taskId, r.attempt, r.category, r.difficulty, r.status, r.reward, r.error?.kind ?? null, r.error?.message ?? null, r.durationMs, r.agent?.exitCode ?? null, r.agent ? String(r.agent.timedOut) : null, trialFlags(r).join("; ")]
+        [run.runId, r.trialId, r.taskId, r.attempt, r.category, r.difficulty, r.status, r.reward, r.error?.kind ?? null, r.error?.message ?? null, r.durationMs, r.agent?.exitCode ?? null, r.agent ? String(r.agent.timedOut) : null, trialFlags(r).join("; "), r.agent?.usage?.inputTokens ?? null, r.agent?.usage?.outputTokens ?? null, trialCostUsd(r)]
           .map(csvCell)
           .join(","),
       );

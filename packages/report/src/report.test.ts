@@ -182,8 +182,13 @@ describe("proctor report formats", () => {
   it("csv: one row per trial with a header, quoted where needed", async () => {
     const csv = await renderReport([a, b], "csv");
     const lines = csv.trimEnd().split("\r\n");
-    expect(lines[0]).toBe("run,trial_id,task_id,attempt,category,difficulty,status,reward,error_kind,error_message,duration_ms,agent_exit_code,agent_timed_out,flags");
+    expect(lines[0]).toBe("run,trial_id,task_id,attempt,category,difficulty,status,reward,error_kind,error_message,duration_ms,agent_exit_code,agent_timed_out,flags,input_tokens,output_tokens,cost_usd");
     expect(lines).toHaveLength(11);
+    // Tokens and cost: an unpriced model's trial has an empty cost, never 0.
+    const priced = trial("p", "passed", { agent: { exitCode: 0, timedOut: false, name: "llm", usage: { inputTokens: 1000, outputTokens: 20, requests: 1, retries: 0, costUsd: 0.0031 } }, compute: { cpuSeconds: 2, costUsd: 0.0001 } });
+    const unpriced = trial("u", "passed", { agent: { exitCode: 0, timedOut: false, name: "llm", usage: { inputTokens: 5, outputTokens: 1, requests: 1, retries: 0, unpriced: "no price" } } });
+    const costed = (await renderReport([await loadRun(await writeRun(root, "costed", [priced, unpriced]))], "csv")).trimEnd().split("\r\n");
+    expect(costed.slice(1).map((line) => line.split(",").slice(-3).join(","))).toEqual(["1000,20,0.0032", "5,1,"]);
     expect(csv).toContain('"sw-<&""quote"">__1"');
   });
 
