@@ -1,12 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { BuildSlots, dockerfilePrefix, parseDockerfile, PrefixGate } from "./build-schedule";
-
-describe("parseDockerfile", () => {
-  it("drops directives and comments, joins continued lines, honours the escape directive", () => {
-    expect(parseDockerfile("# syntax=docker/dockerfile:1\nFROM a\n# note\nRUN one \\\n  # inside\n  two\n\nCOPY . /app\n")).toEqual(["FROM a", "RUN one two", "COPY . /app"]);
-    expect(parseDockerfile("# escape=`\nFROM a\nRUN dir c:\\ `\n  && echo x\n")).toEqual(["FROM a", "RUN dir c:\\ && echo x"]);
-  });
-});
+import { BuildSlots, dockerfilePrefix, PrefixGate } from "./build-schedule";
 
 describe("dockerfilePrefix", () => {
   const a = "FROM base\nRUN apt-get install -y x\nCOPY own.txt /app/\nRUN echo a\n";

@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import { availableParallelism, totalmem } from "node:os";
+import { dockerfileInstructions } from "@proctor/schema";
 
 /** Memory one parallel build may count on, for the default number of builds at once. */
 const MEMORY_PER_BUILD = 2 * 1024 ** 3;
@@ -137,7 +138,7 @@ export interface DockerfilePrefix {
  * committed them. Null when the prefix has no RUN step (nothing worth waiting for).
  */
 export function dockerfilePrefix(dockerfile: string, options: { buildArgs?: Record<string, string>; network?: boolean } = {}): DockerfilePrefix | null {
-  const instructions = parseDockerfile(dockerfile);
+  const instructions = dockerfileInstructions(dockerfile);
   const prefix: string[] = [];
   let froms = 0;
   for (const instruction of instructions) {
@@ -154,39 +155,6 @@ export function dockerfilePrefix(dockerfile: string, options: { buildArgs?: Reco
     .update(JSON.stringify({ prefix, args, network: options.network !== false }))
     .digest("hex");
   return { key, steps: prefix.length };
-}
-
-/**
- * A Dockerfile's instructions as the classic builder reads them: parser directives and comment
- * lines dropped, continuation lines joined (the escape character from `# escape=`, default `\`),
- * blank lines skipped.
- */
-export function parseDockerfile(text: string): string[] {
-  const lines = text.split(/\r?\n/);
-  let escape = "\\";
-  // Parser directives: `# key=value` lines at the very top.
-  let start = 0;
-  for (; start < lines.length; start++) {
-    const directive = /^\s*#\s*([a-zA-Z]+)\s*=\s*(\S+)\s*$/.exec(lines[start] ?? "");
-    if (!directive) break;
-    if (directive[1]?.toLowerCase() === "escape" && (directive[2] === "`" || directive[2] === "\\")) escape = directive[2];
-  }
-  const instructions: string[] = [];
-  let current: string | null = null;
-  for (const raw of lines.slice(start)) {
-    const line = raw.replace(/\s+$/, "");
-    if (/^\s*#/.test(line)) continue; // a comment, also inside a continued instruction
-    if (current === null && line.trim() === "") continue;
-    const continued = line.endsWith(escape);
-    const body = continued ? line.slice(0, -1) : line;
-    current = current === null ? body.trim() : `${current} ${body.trim()}`;
-    if (!continued) {
-      instructions.push(current);
-      current = null;
-    }
-  }
-  if (current !== null && current.trim() !== "") instructions.push(current);
-  return instructions;
 }
 
 /** Whether a classic-builder log line starts step `step` (`Step 3/7 : RUN ...`). */

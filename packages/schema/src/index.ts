@@ -13,3 +13,4 @@ export { RunConfig, DEFAULT_TRIAL_LIMITS } from "./run";
 export { Pins, TaskPin, TaskOrigin } from "./pins";
 export type { Logger } from "./logger";
 export { silentLogger } from "./logger";
+export { dockerfileInstructions } from "./dockerfile";

@@ -1,4 +1,5 @@
 import picomatch from "picomatch";
+import { dockerfileInstructions } from "@proctor/schema";
 
 /**
  * The context sources of a Dockerfile's COPY and ADD instructions (not `COPY --from=`, not URLs),
@@ -6,28 +7,7 @@ import picomatch from "picomatch";
  * parser directives are skipped and continued lines joined, as Docker's classic builder reads them.
  */
 function copySources(dockerfile: string): string[] {
-  const lines = dockerfile.split(/\r?\n/);
-  let escape = "\\";
-  let start = 0;
-  for (; start < lines.length; start++) {
-    const directive = /^\s*#\s*([a-zA-Z]+)\s*=\s*(\S+)\s*$/.exec(lines[start] ?? "");
-    if (!directive) break;
-    if (directive[1]?.toLowerCase() === "escape" && (directive[2] === "`" || directive[2] === "\\")) escape = directive[2];
-  }
-  const instructions: string[] = [];
-  let current: string | null = null;
-  for (const raw of lines.slice(start)) {
-    const line = raw.replace(/\s+$/, "");
-    if (/^\s*#/.test(line) || (current === null && line.trim() === "")) continue;
-    const continued = line.endsWith(escape);
-    const body = (continued ? line.slice(0, -1) : line).trim();
-    current = current === null ? body : `${current} ${body}`;
-    if (!continued) {
-      instructions.push(current);
-      current = null;
-    }
-  }
-  if (current !== null) instructions.push(current);
+  const instructions = dockerfileInstructions(dockerfile);
   const sources: string[] = [];
   for (const instruction of instructions) {
     const match = /^(COPY|ADD)\s+(.*)$/i.exec(instruction);
