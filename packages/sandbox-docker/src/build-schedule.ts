@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import { availableParallelism, totalmem } from "node:os";
+import { raceSignal } from "@proctor/sandbox";
 import { dockerfileInstructions } from "@proctor/schema";
 
 /** Memory one parallel build may count on, for the default number of builds at once. */
@@ -8,30 +9,6 @@ const MEMORY_PER_BUILD = 2 * 1024 ** 3;
 /** Builds at once by default: one per CPU, at most one per 2 GB of memory, at least one. */
 export function defaultBuildConcurrency(): number {
   return Math.max(1, Math.min(availableParallelism(), Math.floor(totalmem() / MEMORY_PER_BUILD)));
-}
-
-function abortReason(signal: AbortSignal): Error {
-  return signal.reason instanceof Error ? signal.reason : new Error("aborted");
-}
-
-/** Waits for `promise`, or rejects as soon as `signal` aborts. */
-function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
-  if (!signal) return promise;
-  if (signal.aborted) return Promise.reject(abortReason(signal));
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(abortReason(signal));
-    signal.addEventListener("abort", onAbort, { once: true });
-    promise.then(
-      (value) => {
-        signal.removeEventListener("abort", onAbort);
-        resolve(value);
-      },
-      (error: unknown) => {
-        signal.removeEventListener("abort", onAbort);
-        reject(error instanceof Error ? error : new Error(String(error)));
-      },
-    );
-  });
 }
 
 /** At most `size` holders at once, served first come first served; a waiter whose signal aborts leaves the queue. */
@@ -56,7 +33,7 @@ export class BuildSlots {
     });
     this.waiting.push(wake);
     try {
-      await abortable(turn, signal);
+      await raceSignal(turn, signal);
     } catch (error) {
       const at = this.waiting.indexOf(wake);
       if (at >= 0) this.waiting.splice(at, 1);
@@ -119,7 +96,7 @@ export class PrefixGate {
           },
         };
       }
-      if (await abortable(current, signal)) return { leader: false, done: () => undefined };
+      if (await raceSignal(current, signal)) return { leader: false, done: () => undefined };
     }
   }
 }

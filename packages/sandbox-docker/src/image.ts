@@ -56,6 +56,11 @@ export interface BuildScheduling {
   sharePrefixes?: boolean;
 }
 
+/** `proctor-build/<hash>` of what of a context is sent (`include`) and the build args. */
+async function tagOf(context: string, buildArgs: Record<string, string> | undefined, include: ContextFilter | null): Promise<string> {
+  return `${BUILD_REPOSITORY}/${await hashContext(context, buildArgs, include)}`;
+}
+
 /** An image not handed to a sandbox this long after it was resolved no longer counts as pending. */
 const PENDING_MS = 10 * 60_000;
 
@@ -168,7 +173,7 @@ export class ImageResolver {
    * (its .dockerignore applied, less `exclude`) and build args>`.
    */
   static async buildTag(context: string, buildArgs?: Record<string, string>, exclude?: readonly string[]): Promise<string> {
-    return `${BUILD_REPOSITORY}/${await hashContext(context, buildArgs, await contextFilter(context, exclude))}`;
+    return tagOf(context, buildArgs, await contextFilter(context, exclude));
   }
 
   private async build(context: string, request: ImageRequest, progress: (line: string) => void): Promise<{ image: string; outcome: ImageOutcome }> {
@@ -180,7 +185,7 @@ export class ImageResolver {
     const include = await contextFilter(context, request.contextExclude).catch((error: unknown) => {
       throw new ImageError(`Reading ${join(context, ".dockerignore")} failed: ${(error as Error).message}`, request.image, { cause: error });
     });
-    const tag = `${BUILD_REPOSITORY}/${await hashContext(context, request.buildArgs, include)}`;
+    const tag = await tagOf(context, request.buildArgs, include);
     const resolved = await this.once(`build:${tag}`, async () => {
       if (await this.present(tag)) {
         progress(`using cached build ${tag}`);

@@ -15,3 +15,4 @@ export { copyTreeBounded } from "./bounded-copy";
 export { ownedTempPrefix, makeOwnedTempDir, findOrphanTempDirs, removeOrphanTempDirs, removeTreeWithoutStat } from "./owned-temp";
 export { SlotPool, Slot, SlotPoolExhaustedError, SlotGoneError, SlotPathError, SLOT_ENV } from "./slots";
 export type { SlotPoolOptions, SlotRequest, SlotRepo, SlotPoolStats, BatchItem } from "./slots";
+export { raceSignal } from "./signal";

@@ -2,7 +2,7 @@ import { mkdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { AgentError, RunFatalAgentError } from "@proctor/agents";
 import { isPass } from "@proctor/reward";
-import { ImageError, RuntimeUnavailableError, SandboxLostError, SandboxStartError, SandboxStoppedError, type Sandbox } from "@proctor/sandbox";
+import { ImageError, raceSignal, RuntimeUnavailableError, SandboxLostError, SandboxStartError, SandboxStoppedError, type Sandbox } from "@proctor/sandbox";
 import { retry } from "../clock";
 import type { Phase, TaskSpec, TrialError, TrialResult } from "@proctor/schema";
 import { WorkspaceError } from "../errors";
@@ -47,28 +47,6 @@ async function waitForRuntime(env: TrialEnvironment, signal: AbortSignal): Promi
 /** The whole-trial deadline passed; the trial ends as an infra error. */
 class TrialDeadlineError extends Error {
   override name = "TrialDeadlineError";
-}
-
-/** Stops waiting for `promise` when `signal` aborts (the sandbox kill then ends the work itself). */
-function raceSignal<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) {
-    promise.catch(() => undefined);
-    return Promise.reject(signal.reason);
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener("abort", onAbort, { once: true });
-    promise.then(
-      (value) => {
-        signal.removeEventListener("abort", onAbort);
-        resolve(value);
-      },
-      (error: unknown) => {
-        signal.removeEventListener("abort", onAbort);
-        reject(error);
-      },
-    );
-  });
 }
 
 function budgetsOf(task: TaskSpec, multiplier: number): Budgets {
